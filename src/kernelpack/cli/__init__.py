@@ -1,0 +1,58 @@
+"""The `kernelpack` command: one module per verb under `kernelpack.cli`.
+
+Each verb module exposes `register(subparsers)`, which adds its parser and sets
+`func=<callable(args) -> int>`. Errors derived from `KernelpackError` are printed as one line
+on stderr with their exit code (2 bad input, 1 failure of the thing checked); no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from kernelpack import __version__
+from kernelpack.errors import KernelpackError
+
+__all__ = ["main"]
+
+#: Verb modules, in help order. A verb whose module is not there yet is left out.
+_VERBS = ("check", "doctor", "build", "status", "new", "pin", "contract", "bazel", "bridge", "ci")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelpack",
+        description="Build, gate and ship CUDA kernels inside Python/PyTorch packages.",
+    )
+    parser.add_argument("--version", action="version", version=f"kernelpack {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in _VERBS:
+        try:
+            module = importlib.import_module(f"kernelpack.cli.{verb}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"kernelpack.cli.{verb}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code (also used by the console script)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        code = int(args.func(args))
+    except KernelpackError as exc:
+        print(f"kernelpack {args.verb}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"kernelpack {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Every error kernelpack raises, in one place.
+
+The CLI maps `KernelpackError.exit_code` to its exit status and prints `str(error)` as one
+line, with no traceback: 2 for bad input, 1 for a failure of the thing checked or built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelpack.reason import Reason
+
+__all__ = [
+    "BuildError",
+    "KernelUnavailableError",
+    "KernelpackError",
+    "ManifestError",
+    "MissingNativeError",
+    "PlanError",
+    "UsageError",
+]
+
+
+class KernelpackError(Exception):
+    """Base of kernelpack's errors; `str()` is a one-line message fit for a terminal."""
+
+    exit_code: int = 1
+
+
+class UsageError(KernelpackError):
+    """Bad input on the command line or in the environment (exit code 2)."""
+
+    exit_code = 2
+
+
+class ManifestError(UsageError):
+    """A `kernels.toml` (or `[tool.kernelpack]`) that is not valid.
+
+    The message is `<path>: [<kernel>].<key>: <what is wrong>; <what is expected>`.
+    """
+
+    def __init__(
+        self,
+        path: object,
+        problem: str,
+        *,
+        kernel: str | None = None,
+        key: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.kernel = kernel
+        self.key = key
+        self.problem = problem
+        self.expected = expected
+        where = ""
+        if kernel is not None:
+            where = f"[{kernel}]"
+            if key is not None:
+                where += f".{key}"
+        elif key is not None:
+            where = key
+        message = f"{self.path}: "
+        if where:
+            message += f"{where}: "
+        message += problem
+        if expected:
+            message += f"; {expected}"
+        super().__init__(message)
+
+
+class PlanError(KernelpackError):
+    """The build plan cannot be honoured (a required kernel is skipped, an impossible setting)."""
+
+    exit_code = 2
+
+
+class BuildError(KernelpackError):
+    """A compile, link or packaging step failed (exit code 1)."""
+
+    exit_code = 1
+
+
+class KernelUnavailableError(RuntimeError):
+    """`load()` of a kernel that cannot be used here; carries `.kernel` and `.reason`."""
+
+    def __init__(self, kernel: str, reason: Reason) -> None:
+        self.kernel = kernel
+        self.reason = reason
+        super().__init__(f"kernel {kernel!r} is unavailable ({reason.code}): {reason.message}")
+
+
+class MissingNativeError(ImportError):
+    """A stubbed native module (see `kernelpack.mock`) was used; carries the original error."""
+
+    def __init__(self, module: str, original: BaseException | None) -> None:
+        self.module = module
+        self.original = original
+        detail = f": {type(original).__name__}: {original}" if original is not None else ""
+        super().__init__(f"native module {module!r} is not available{detail}", name=module)

@@ -1,6 +1,13 @@
 """The build plan: for each kernel, build (with exact flags) or skip (with a `Reason`).
 
 Pure: `plan()` takes a `Manifest`, a `Toolchain` and a `Selection` and does no I/O.
+
+A kernel is skipped, checking in this order, when it is `not-selected`, its sources are
+missing (`sources-missing`), this platform is excluded (`platform-excluded`), there is no
+nvcc (`nvcc-missing`), nvcc's CUDA major differs from torch's (`cuda-mismatch`), nvcc is
+older than its `min-cuda` (`cuda-too-old`), or nvcc cannot build one of its archs
+(`arch-unsupported`). Settings that cannot work at all (C++17 against torch 2.14's ATen
+headers) and skips under `require` are a `PlanError`, raised before anything is compiled.
 """
 
 from __future__ import annotations
@@ -8,12 +15,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from kernelpack.arch import Arch
+from kernelpack.errors import PlanError, UsageError
 from kernelpack.manifest import KernelSpec, Manifest
 from kernelpack.reason import Reason
 from kernelpack.toolchain import Toolchain
 
-__all__ = ["BuildPlan", "KernelPlan", "Selection", "plan"]
+__all__ = ["BuildPlan", "KernelPlan", "Selection", "default_cxx_std", "plan"]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+#: From this torch release on, the classic (ATen) headers need C++20.
+_ATEN_CXX20_FROM = Version("2.14")
 
 
 @dataclass(frozen=True)
@@ -27,10 +43,33 @@ class Selection:
     kernels: frozenset[str] | None = None
     """None: every kernel."""
     require: bool = False
+    origin: str = "--kernels"
+    """Where `kernels` came from (an env var or a CLI flag), named in error messages."""
 
     @classmethod
     def from_env(cls, prefix: str, environ: Mapping[str, str]) -> Selection:
-        raise NotImplementedError
+        """Read `<prefix>_KERNELS`, `KERNELPACK_KERNELS` (the package's variable wins),
+        `<prefix>_KERNELS_REQUIRE` and `KERNELPACK_REQUIRE`.
+
+        A require variable that is not a boolean (`1/0`, `true/false`, `yes/no`, `on/off`)
+        is a `UsageError`. Names are checked against the manifest by `plan()`.
+        """
+        kernels: frozenset[str] | None = None
+        origin = "--kernels"
+        for var in (f"{prefix}_KERNELS", "KERNELPACK_KERNELS"):
+            value = environ.get(var, "")
+            names = frozenset(name.strip() for name in value.split(",") if name.strip())
+            if names:
+                kernels, origin = names, var
+                break
+        require = False
+        for var in (f"{prefix}_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"):
+            value = environ.get(var, "").strip().lower()
+            if value in _TRUE:
+                require = True
+            elif value not in _FALSE:
+                raise UsageError(f"{var}={environ[var]} is not a boolean; use 1 or 0")
+        return cls(kernels=kernels, require=require, origin=origin)
 
 
 @dataclass(frozen=True)
@@ -70,13 +109,165 @@ class BuildPlan:
     def skipped(self) -> tuple[KernelPlan, ...]:
         return tuple(k for k in self.kernels if not k.build)
 
+    def kernel(self, name: str) -> KernelPlan:
+        """The plan of kernel `name`; `KeyError` when the manifest has no such kernel."""
+        for kernel in self.kernels:
+            if kernel.name == name:
+                return kernel
+        raise KeyError(name)
+
     def version_tag(self) -> str:
-        """DESIGN's local version: `cu130torch2.14.1`, or `cu130stable2.10` when all stable."""
-        raise NotImplementedError
+        """DESIGN's local version: `cu130torch2.14.1`, or `cu130stable2.10` when all stable.
+
+        Decided by the kernels to build (all kernels when none is built). The CUDA part is
+        nvcc's release (torch's when there is no nvcc, `cpu` when neither has one).
+        """
+        specs = [k.spec for k in self.to_build] or [k.spec for k in self.kernels]
+        cuda = self.toolchain.cuda or self.toolchain.torch_cuda
+        tag = "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+        if specs and all(spec.abi == "stable" for spec in specs):
+            target = max(spec.stable_target for spec in specs)
+            return f"{tag}stable{target.major}.{target.minor}"
+        if self.toolchain.torch_version is not None:
+            tag += f"torch{self.toolchain.torch_version}"
+        return tag
+
+
+def default_cxx_std(spec: KernelSpec, torch_version: Version | None) -> int:
+    """The C++ standard a kernel compiles with: its `cxx-std`, else 17 for the stable ABI
+    and the lowest standard the installed torch's classic headers accept."""
+    if spec.cxx_std is not None:
+        return spec.cxx_std
+    if spec.abi == "stable":
+        return 17
+    return _classic_min_cxx(torch_version)
 
 
 def plan(manifest: Manifest, toolchain: Toolchain, selection: Selection | None = None) -> BuildPlan:
     """Decide every kernel; raise `PlanError` when `selection.require` and any kernel skips,
     or when a kernel's settings cannot work with this toolchain (e.g. C++17 with torch 2.14's
-    classic ATen headers)."""
-    raise NotImplementedError
+    classic ATen headers). Unknown kernel names in `selection` are a `UsageError`."""
+    selection = selection or Selection()
+    if selection.kernels is not None:
+        unknown = sorted(selection.kernels - set(manifest.names))
+        if unknown:
+            raise UsageError(
+                f"{selection.origin} names unknown kernel(s) {', '.join(unknown)}; "
+                f"{manifest.path} has: {', '.join(manifest.names) or 'none'}"
+            )
+    kernels = tuple(_decide(spec, manifest, toolchain, selection) for spec in manifest.kernels)
+    if selection.require:
+        _check_required(kernels)
+    to_build = [k for k in kernels if k.build]
+    if to_build and toolchain.torch_missing is not None:
+        raise PlanError(
+            f"cannot build {', '.join(k.name for k in to_build)}: {toolchain.torch_missing}"
+        )
+    for kernel in to_build:
+        _check_cxx_std(kernel, manifest, toolchain)
+    return BuildPlan(manifest=manifest, toolchain=toolchain, kernels=kernels)
+
+
+def _decide(
+    spec: KernelSpec, manifest: Manifest, toolchain: Toolchain, selection: Selection
+) -> KernelPlan:
+    archs = spec.archs_for(toolchain.machine) or ()
+    skip = _skip_reason(spec, archs, toolchain, selection)
+    if skip is not None:
+        return KernelPlan(spec=spec, skip=skip, archs=archs)
+    flags = [arch.gencode() for arch in archs]
+    if spec.ptx and archs:
+        flags.append(max(archs).ptx_gencode())
+    return KernelPlan(
+        spec=spec,
+        skip=None,
+        archs=archs,
+        gencode_flags=tuple(flags),
+        cxx_std=default_cxx_std(spec, toolchain.torch_version),
+    )
+
+
+def _skip_reason(
+    spec: KernelSpec, archs: tuple[Arch, ...], toolchain: Toolchain, selection: Selection
+) -> Reason | None:
+    machine = toolchain.machine
+    if selection.kernels is not None and spec.name not in selection.kernels:
+        return Reason(
+            "not-selected",
+            f"not in {selection.origin} ({', '.join(sorted(selection.kernels))})",
+        )
+    if spec.missing_sources is not None:
+        return Reason("sources-missing", spec.missing_sources)
+    if spec.platforms is not None and machine not in spec.platforms:
+        return Reason(
+            "platform-excluded",
+            f"platforms = [{', '.join(spec.platforms)}] excludes this {machine} machine",
+        )
+    if spec.archs_for(machine) is None:
+        return Reason(
+            "platform-excluded",
+            f"the arch table names no archs for this {machine} machine "
+            f"(only {', '.join(sorted(spec.arch))})",
+        )
+    if toolchain.nvcc_missing is not None or toolchain.cuda is None:
+        return toolchain.nvcc_missing or Reason("nvcc-missing", "no usable nvcc")
+    cuda = toolchain.cuda
+    if toolchain.torch_cuda is not None and toolchain.torch_cuda.major != cuda.major:
+        return Reason(
+            "cuda-mismatch",
+            f"nvcc is CUDA {cuda} but torch {toolchain.torch_version} is built for CUDA "
+            f"{toolchain.torch_cuda}; use a CUDA {toolchain.torch_cuda.major} toolkit "
+            "(CUDA_HOME) or a torch built for it",
+        )
+    if (
+        spec.abi == "torch"
+        and toolchain.torch_missing is None
+        and toolchain.torch_version is not None
+        and toolchain.torch_cuda is None
+    ):
+        return Reason(
+            "cuda-mismatch",
+            f'torch {toolchain.torch_version} is a CPU-only build, so an abi = "torch" '
+            "kernel cannot link against it; install a CUDA build of torch",
+        )
+    if spec.min_cuda is not None and cuda < spec.min_cuda:
+        return Reason(
+            "cuda-too-old",
+            f"needs CUDA >= {spec.min_cuda} (min-cuda), nvcc is CUDA {cuda}",
+        )
+    wanted = [arch.sm for arch in archs]
+    if spec.ptx and archs:
+        wanted.append(max(archs).compute)
+    unsupported = [target for target in wanted if target not in toolchain.nvcc_targets]
+    if unsupported:
+        return Reason(
+            "arch-unsupported",
+            f"nvcc {cuda} cannot build {', '.join(unsupported)}",
+        )
+    return None
+
+
+def _check_required(kernels: tuple[KernelPlan, ...]) -> None:
+    skipped = [k for k in kernels if k.skip is not None and k.skip.code != "not-selected"]
+    if skipped:
+        listing = "; ".join(f"{k.name}: {k.skip.code}, {k.skip.message}" for k in skipped if k.skip)
+        raise PlanError(f"required kernels would be skipped ({len(skipped)}): {listing}")
+
+
+def _check_cxx_std(kernel: KernelPlan, manifest: Manifest, toolchain: Toolchain) -> None:
+    spec = kernel.spec
+    if spec.abi != "torch" or spec.cxx_std is None:
+        return
+    needed = _classic_min_cxx(toolchain.torch_version)
+    if spec.cxx_std < needed:
+        raise PlanError(
+            f"{manifest.path}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
+            f'torch {toolchain.torch_version}\'s ATen headers (abi = "torch"), which need '
+            f'C++{needed}; set cxx-std = {needed}, drop the key, or use abi = "stable"'
+        )
+
+
+def _classic_min_cxx(torch_version: Version | None) -> int:
+    if torch_version is not None and torch_version.release >= _ATEN_CXX20_FROM.release:
+        return 20
+    return 17

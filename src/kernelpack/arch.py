@@ -13,6 +13,8 @@ from dataclasses import dataclass
 __all__ = ["KNOWN_ARCHS", "Arch"]
 
 _ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
+# nvcc spellings people paste into manifests: "sm_90a", "sm90", "compute_100f", "90".
+_NVCC_NAME_RE = re.compile(r"^(?:sm|compute)?_?(\d{1,2})(\d)([af]?)$")
 
 # The compute capabilities NVIDIA has shipped. Used only to reject typos such as "9.5" in
 # `kernelpack check`, which needs no compiler; whether *this* nvcc can build an arch is asked
@@ -39,10 +41,10 @@ class Arch:
         """Parse "9.0a"; raise `ValueError` naming the bad input and the known archs."""
         match = _ARCH_RE.match(text.strip()) if isinstance(text, str) else None
         if match is None:
-            raise ValueError(f"{text!r} is not a CUDA arch (known: {_known_range()})")
+            raise ValueError(_not_an_arch(text) + _nvcc_name_hint(text))
         arch = cls(int(match.group(1)), int(match.group(2)), match.group(3))
         if arch not in KNOWN_ARCHS:
-            raise ValueError(f"{text!r} is not a CUDA arch (known: {_known_range()})")
+            raise ValueError(_not_an_arch(text))
         return arch
 
     def __str__(self) -> str:
@@ -95,6 +97,20 @@ def _all_known() -> frozenset[Arch]:
 
 #: Every arch string `Arch.parse` accepts.
 KNOWN_ARCHS: frozenset[Arch] = _all_known()
+
+
+def _not_an_arch(text: object) -> str:
+    shown = f'"{text}"' if isinstance(text, str) else repr(text)
+    return f"{shown} is not a CUDA arch (known: {_known_range()})"
+
+
+def _nvcc_name_hint(text: object) -> str:
+    """`; write "9.0a"` when `text` is an nvcc name ("sm_90a") of a known arch."""
+    match = _NVCC_NAME_RE.match(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        return ""
+    arch = Arch(int(match.group(1)), int(match.group(2)), match.group(3))
+    return f'; write "{arch}"' if arch in KNOWN_ARCHS else ""
 
 
 def _known_range() -> str:

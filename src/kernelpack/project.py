@@ -1,0 +1,183 @@
+"""`Project`: where a kernel package lives, found from the PATH a user gives.
+
+PATH is a `kernels.toml`, a package folder holding one, or a project folder whose
+`pyproject.toml` has `[tool.kernelpack]` (default: the current folder). The project root is
+the folder of `pyproject.toml`: next to the package folder (flat layout) or above `src/`
+(src layout). A manifest with no such `pyproject.toml` is a project of its own, rooted at the
+package folder's parent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from kernelpack._toml import display_path, read_toml
+from kernelpack.errors import ManifestError, UsageError
+from kernelpack.manifest import Manifest, load
+from kernelpack.settings import Settings
+
+__all__ = ["MANIFEST_NAME", "Project", "locate"]
+
+#: The manifest's file name.
+MANIFEST_NAME = "kernels.toml"
+
+_EXPECTED = (
+    f"expected a {MANIFEST_NAME}, a package folder holding one, "
+    "or a project folder whose pyproject.toml has [tool.kernelpack]"
+)
+
+
+@dataclass(frozen=True)
+class Project:
+    """A kernel package and the project (distribution) it belongs to."""
+
+    root: Path
+    """Folder of `pyproject.toml`; without one, the package folder's parent."""
+    pyproject: Path | None
+    dist_name: str
+    """Canonical distribution name (`[project].name`), else the package name."""
+    version: str
+    """`[project].version`, else "0.0.0" (e.g. a dynamic version)."""
+    manifest_path: Path
+    package: str
+    """Import name: the folder holding `kernels.toml`."""
+    package_dir: Path
+    settings: Settings = field(default_factory=Settings)
+
+    @property
+    def env_prefix(self) -> str:
+        """Prefix of `<PREFIX>_KERNELS` / `<PREFIX>_KERNELS_REQUIRE`, e.g. `LLM_OPS`."""
+        return self.settings.env_prefix or self.package.upper()
+
+    def load_manifest(self, *, allow_missing_sources: bool = False) -> Manifest:
+        """Parse this project's `kernels.toml` with its settings."""
+        return load(
+            self.manifest_path,
+            settings=self.settings,
+            allow_missing_sources=allow_missing_sources,
+        )
+
+
+def locate(path: Path | None = None) -> Project:
+    """Find the project PATH names; raise `UsageError` (one line) when it names none."""
+    target = (Path.cwd() if path is None else Path(path)).absolute()
+    shown = display_path(target)
+    if target.is_file():
+        if target.name == "pyproject.toml":
+            return _from_pyproject(target)
+        if target.suffix != ".toml":
+            raise UsageError(f"{shown}: not a TOML file; {_EXPECTED}")
+        return _from_manifest(target)
+    if target.is_dir():
+        if (target / MANIFEST_NAME).is_file():
+            return _from_manifest(target / MANIFEST_NAME)
+        if (target / "pyproject.toml").is_file():
+            return _from_pyproject(target / "pyproject.toml")
+        raise UsageError(f"{shown}: no {MANIFEST_NAME} or pyproject.toml here; {_EXPECTED}")
+    raise UsageError(f"{shown}: does not exist; {_EXPECTED}")
+
+
+def _from_manifest(manifest: Path) -> Project:
+    package_dir = manifest.parent
+    candidates = [package_dir.parent]
+    if package_dir.parent.name == "src":
+        candidates.append(package_dir.parent.parent)
+    for folder in candidates:
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        data = read_toml(pyproject)
+        settings = _settings(data, pyproject) or Settings(source=pyproject)
+        if (
+            settings.manifest is not None
+            and _manifest_file(settings.manifest).resolve() != manifest.resolve()
+        ):
+            continue  # that project's manifest is another one: this package is not its own
+        return _project(folder, pyproject, data, manifest, settings)
+    return _project(package_dir.parent, None, {}, manifest, Settings())
+
+
+def _from_pyproject(pyproject: Path) -> Project:
+    root = pyproject.parent
+    shown = display_path(pyproject)
+    data = read_toml(pyproject)
+    settings = _settings(data, pyproject)
+    if settings is None:
+        raise UsageError(
+            f"{shown}: no [tool.kernelpack] table and no {MANIFEST_NAME} next to it; {_EXPECTED}"
+        )
+    if settings.manifest is not None:
+        manifest = _manifest_file(settings.manifest)
+        if not manifest.is_file():
+            raise ManifestError(
+                shown,
+                f'"{display_path(settings.manifest)}" is not a {MANIFEST_NAME} or a folder '
+                "holding one",
+                kernel="tool.kernelpack",
+                key="manifest",
+                expected=f"expected a path to {MANIFEST_NAME}, relative to the project root",
+            )
+        return _project(root, pyproject, data, manifest, settings)
+    return _project(root, pyproject, data, _find_manifest(root, data, shown), settings)
+
+
+def _find_manifest(root: Path, data: dict[str, Any], shown: str) -> Path:
+    name = _project_table(data).get("name")
+    if isinstance(name, str):
+        import_name = canonicalize_name(name).replace("-", "_")
+        for folder in (root / import_name, root / "src" / import_name):
+            if (folder / MANIFEST_NAME).is_file():
+                return folder / MANIFEST_NAME
+    found = sorted({*root.glob(f"*/{MANIFEST_NAME}"), *root.glob(f"src/*/{MANIFEST_NAME}")})
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        problem = f"no <package>/{MANIFEST_NAME} or src/<package>/{MANIFEST_NAME} found"
+    else:
+        problem = "several manifests (" + ", ".join(str(p.relative_to(root)) for p in found) + ")"
+    raise ManifestError(
+        shown,
+        problem,
+        kernel="tool.kernelpack",
+        key="manifest",
+        expected=f'expected manifest = "<package>/{MANIFEST_NAME}"',
+    )
+
+
+def _project(
+    root: Path, pyproject: Path | None, data: dict[str, Any], manifest: Path, settings: Settings
+) -> Project:
+    package_dir = manifest.parent
+    table = _project_table(data)
+    name = table.get("name")
+    version = table.get("version")
+    return Project(
+        root=root,
+        pyproject=pyproject,
+        dist_name=canonicalize_name(name if isinstance(name, str) else package_dir.name),
+        version=version if isinstance(version, str) else "0.0.0",
+        manifest_path=manifest,
+        package=package_dir.name,
+        package_dir=package_dir,
+        settings=settings,
+    )
+
+
+def _settings(data: dict[str, Any], pyproject: Path) -> Settings | None:
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or "kernelpack" not in tool:
+        return None
+    return Settings.from_table(tool["kernelpack"], pyproject)
+
+
+def _project_table(data: dict[str, Any]) -> dict[str, Any]:
+    table = data.get("project")
+    return table if isinstance(table, dict) else {}
+
+
+def _manifest_file(path: Path) -> Path:
+    return path / MANIFEST_NAME if path.is_dir() else path

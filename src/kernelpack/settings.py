@@ -1,0 +1,118 @@
+"""`Settings`: a project's package-wide defaults, the `[tool.kernelpack]` table of its
+`pyproject.toml`.
+
+```toml
+[tool.kernelpack]
+manifest = "src/llm_ops/kernels.toml"   # or the package folder; default: found next to pyproject
+abi = "stable"                         # default `abi` of every kernel
+arch = ["9.0a"]                        # default `arch` (string, array or per-platform table)
+env-prefix = "LLM_OPS"                 # <PREFIX>_KERNELS / <PREFIX>_KERNELS_REQUIRE
+[tool.kernelpack.deps]
+mylib = "third_party/mylib/include"    # a folder, relative to the project root
+otherlib = "otherlib_headers"          # or an installed Python package (its include/ folder)
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from kernelpack._toml import Table, display_path, read_toml
+from kernelpack.arch import Arch
+
+__all__ = ["SETTINGS_KEYS", "Settings"]
+
+#: Keys `[tool.kernelpack]` may hold.
+SETTINGS_KEYS = ("manifest", "abi", "arch", "env-prefix", "deps")
+
+_TABLE = "tool.kernelpack"
+_ENV_PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEP_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The `[tool.kernelpack]` table; every field is optional (the defaults are `Settings()`)."""
+
+    source: Path | None = None
+    """Absolute path of the `pyproject.toml` the settings came from (for messages)."""
+    manifest: Path | None = None
+    """Absolute path of `kernels.toml` (or of the package folder holding it)."""
+    abi: Literal["torch", "stable"] | None = None
+    """Default `abi` of every kernel."""
+    arch: Mapping[str, tuple[Arch, ...]] | None = None
+    """Default `arch` of every kernel, keyed like `KernelSpec.arch`."""
+    env_prefix: str | None = None
+    """Prefix of the selection variables; None: the package name upper-cased."""
+    deps: Mapping[str, str] = field(default_factory=dict)
+    """Dependency name -> include folder (relative to the project root) or Python package."""
+
+    @classmethod
+    def from_pyproject(cls, pyproject: Path) -> Settings | None:
+        """Read `pyproject`'s `[tool.kernelpack]`; None when it has no such table."""
+        data = read_toml(pyproject)
+        tool = data.get("tool", {})
+        if not isinstance(tool, dict) or "kernelpack" not in tool:
+            return None
+        return cls.from_table(tool["kernelpack"], pyproject)
+
+    @classmethod
+    def from_table(cls, data: object, pyproject: Path) -> Settings:
+        """Validate an already-parsed `[tool.kernelpack]` table of `pyproject`."""
+        shown = display_path(pyproject)
+        if not isinstance(data, dict):
+            whole = Table(shown, None, {})
+            raise whole.error(_TABLE, "is not a table", "expected a [tool.kernelpack] table")
+        table = Table(shown, _TABLE, data)
+        table.check_keys(SETTINGS_KEYS)
+        manifest = table.string("manifest", expected="a path relative to the project root")
+        abi = table.choice("abi", ("torch", "stable"))
+        prefix = table.string("env-prefix", expected="an identifier such as LLM_OPS")
+        if prefix is not None and not _ENV_PREFIX_RE.fullmatch(prefix):
+            raise table.error(
+                "env-prefix", f'"{prefix}" is not an identifier', "expected e.g. LLM_OPS"
+            )
+        return cls(
+            source=pyproject.absolute(),
+            manifest=_manifest_path(table, manifest, pyproject.absolute().parent),
+            abi=cast('Literal["torch", "stable"] | None', abi),
+            arch=table.arch("arch"),
+            env_prefix=prefix,
+            deps=_deps(shown, data.get("deps")),
+        )
+
+
+def _manifest_path(table: Table, manifest: str | None, root: Path) -> Path | None:
+    if manifest is None:
+        return None
+    if Path(manifest).is_absolute():
+        raise table.error(
+            "manifest", f'"{manifest}" is absolute', "expected a path relative to the project root"
+        )
+    return root / manifest
+
+
+def _deps(shown: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Table(shown, _TABLE, {}).error(
+            "deps", "is not a table", "expected [tool.kernelpack.deps] name = folder or package"
+        )
+    table = Table(shown, f"{_TABLE}.deps", value)
+    deps: dict[str, str] = {}
+    for name in value:
+        if not _DEP_NAME_RE.fullmatch(name):
+            raise table.error(name, "is not a dependency name", "expected letters, digits, _ or -")
+        target = table.string(name, expected="an include folder or a Python package name")
+        assert target is not None
+        if Path(target).is_absolute():
+            raise table.error(
+                name, f'"{target}" is absolute', "expected a folder relative to the project root"
+            )
+        deps[name] = target
+    return deps

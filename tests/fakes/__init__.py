@@ -1,0 +1,22 @@
+"""Fakes at the edges of the toolchain, shared by kernelpack's tests: `nvcc` scripts, a
+stand-in `torch` package, and builders for the values the pure `plan()` takes."""
+
+from __future__ import annotations
+
+from .fake_torch import install_torch
+from .nvcc import NVCC_12_4, NVCC_12_8, NVCC_13_0, FakeNvcc, install_nvcc
+from .values import PACKAGE_DIR, make_manifest, make_spec, make_toolchain, targets_of
+
+__all__ = [
+    "NVCC_12_4",
+    "NVCC_12_8",
+    "NVCC_13_0",
+    "PACKAGE_DIR",
+    "FakeNvcc",
+    "install_nvcc",
+    "install_torch",
+    "make_manifest",
+    "make_spec",
+    "make_toolchain",
+    "targets_of",
+]

@@ -1,0 +1,115 @@
+"""`kernelpack check [PATH] [--json]`: validate a package's `kernels.toml` (no compiler needed).
+
+Every source must be present (a kernel whose sources are missing is an error here, while
+`build` skips it), every `depends` must resolve to its headers on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kernelpack import deps
+from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
+from kernelpack.project import Project, locate
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `check` verb."""
+    parser = subparsers.add_parser(
+        "check",
+        help="validate a package's kernels.toml (no compiler needed)",
+        description="Validate kernels.toml: keys, types, archs, paths, sources and depends.",
+    )
+    parser.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="a kernels.toml, a package folder holding one, or a project folder whose "
+        "pyproject.toml has [tool.kernelpack] (default: the current folder)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate; print a summary (or JSON). Bad input raises `ManifestError` (exit 2)."""
+    project = locate(args.path)
+    manifest = project.load_manifest(allow_missing_sources=False)
+    include_dirs = {
+        name: deps.resolve(name, project) for spec in manifest.kernels for name in spec.depends
+    }
+    if args.json:
+        print(json.dumps(to_json(project, manifest, include_dirs), indent=2))
+    else:
+        print(summary(project, manifest))
+    return 0
+
+
+def to_json(
+    project: Project, manifest: Manifest, include_dirs: dict[str, tuple[Path, ...]]
+) -> dict[str, Any]:
+    """`{"package", "manifest", "kernels": {name: {...}}}` for tools."""
+    return {
+        "package": manifest.package,
+        "dist_name": project.dist_name,
+        "version": project.version,
+        "manifest": str(manifest.path),
+        "env_prefix": project.env_prefix,
+        "kernels": {spec.name: _kernel_json(spec, include_dirs) for spec in manifest.kernels},
+    }
+
+
+def _kernel_json(spec: KernelSpec, include_dirs: dict[str, tuple[Path, ...]]) -> dict[str, Any]:
+    return {
+        "ops": spec.ops,
+        "abi": spec.abi,
+        "stable_target": str(spec.stable_target) if spec.abi == "stable" else None,
+        "arch": {platform: [str(a) for a in archs] for platform, archs in spec.arch.items()},
+        "ptx": spec.ptx,
+        "sources": [_relative(p, spec.folder) for p in spec.sources],
+        "include_dirs": [_relative(p, spec.folder) for p in spec.include_dirs],
+        "cxx_std": spec.cxx_std,
+        "min_cuda": str(spec.min_cuda) if spec.min_cuda else None,
+        "platforms": list(spec.platforms) if spec.platforms is not None else None,
+        "depends": {name: [str(p) for p in include_dirs[name]] for name in spec.depends},
+        "defines": dict(spec.defines),
+        "libraries": list(spec.libraries),
+        "nvcc_flags": list(spec.nvcc_flags),
+        "cxx_flags": list(spec.cxx_flags),
+        "description": spec.description,
+    }
+
+
+def summary(project: Project, manifest: Manifest) -> str:
+    """A few lines: the package, then one line per kernel."""
+    count = len(manifest.kernels)
+    lines = [
+        f"{manifest.package} ({project.dist_name} {project.version}): "
+        f"{count} kernel{'s' if count != 1 else ''} in {_relative(manifest.path, Path.cwd())}: ok"
+    ]
+    width = max(len(spec.name) for spec in manifest.kernels)
+    for spec in manifest.kernels:
+        files = len(spec.sources)
+        lines.append(
+            f"  {spec.name:<{width}}  abi={spec.abi:<6}  arch={_archs(spec)}  "
+            f"{files} source{'s' if files != 1 else ''}"
+        )
+    return "\n".join(lines)
+
+
+def _archs(spec: KernelSpec) -> str:
+    if ANY_PLATFORM in spec.arch:
+        return ",".join(map(str, spec.arch[ANY_PLATFORM]))
+    return " ".join(
+        f"{platform}:{','.join(map(str, archs))}" for platform, archs in spec.arch.items()
+    )
+
+
+def _relative(path: Path, base: Path) -> str:
+    return os.path.relpath(path, base)

@@ -53,7 +53,8 @@ NVCC_13_0 = FakeNvcc(
 )  # fmt: skip
 
 _SCRIPT = """#!/bin/sh
-# A fake nvcc {version} for kernelpack's tests.
+# A fake nvcc {version} for kernelpack's tests. FAKE_NVCC_LOG: append each call's arguments.
+if [ -n "$FAKE_NVCC_LOG" ]; then echo "$*" >> "$FAKE_NVCC_LOG"; fi
 for arg in "$@"; do
   case "$arg" in
     --version)

@@ -1,0 +1,373 @@
+"""The build: plan -> ONE ninja graph -> run -> staged libraries -> build record.
+
+`compile_plan()` does the work under the build-tree lock and leaves every library staged in
+the build folder (`lib/<kernel>/_C<suffix>`); `install_inplace()` copies them into the
+package atomically and writes `<pkg>/_kernelpack.json`; the wheel builder packs the staged
+files instead. A failed compile raises `BuildError` before anything is installed, so the
+previous libraries stay untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sysconfig
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from packaging.specifiers import SpecifierSet
+
+from kernelpack.build import graph, modinit
+from kernelpack.build import ninja as ninja_runner
+from kernelpack.build.flags import TorchFacts, kernel_flags, limited_api_hex
+from kernelpack.build.install import install_file
+from kernelpack.build.lock import build_lock
+from kernelpack.build.ninja import Step
+from kernelpack.errors import BuildError
+from kernelpack.plan import BuildPlan, KernelPlan, Selection
+from kernelpack.record import FILENAME as RECORD_FILENAME
+from kernelpack.record import BuildRecord, KernelRecord, ToolchainRecord
+
+if TYPE_CHECKING:
+    from kernelpack.project import Project
+
+__all__ = [
+    "BuildOptions",
+    "BuildResult",
+    "build_dir_for",
+    "build_project",
+    "compile_plan",
+    "install_inplace",
+    "library_name",
+    "python_floor",
+    "sources_sha256",
+]
+
+_HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl", ".inc", ".tcc"})
+_LIBRARY_RE = re.compile(r"^_C(\..*)?\.so$")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build a plan: where, with how many jobs, and for which Python floor."""
+
+    root: Path
+    """Project root: the launcher's base folder (paths below it are cache-portable)."""
+    build_dir: Path
+    version: str
+    """Full version written into the record: `0.1.0+cu130stable2.10`."""
+    jobs: int | None = None
+    """None: the toolchain's budget."""
+    python_floor: tuple[int, int] = (3, 10)
+    """Lowest CPython the stable (abi3) libraries must load on (`Py_LIMITED_API`)."""
+    dep_include_dirs: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
+    """Kernel name -> include folders of its `depends`."""
+    stream: TextIO | None = None
+    """Where progress and compiler output go (default stderr)."""
+    environ: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build: the record and the staged library of each built kernel."""
+
+    plan: BuildPlan
+    record: BuildRecord
+    libraries: dict[str, Path]
+    """Kernel name -> staged library (absolute path in the build folder)."""
+    steps: tuple[Step, ...]
+    """Graph steps this run executed (empty for a no-op build), with their times."""
+    seconds: float
+
+    @property
+    def compiled(self) -> tuple[Step, ...]:
+        """Compile steps only (no links)."""
+        return tuple(s for s in self.steps if s.tool != "link")
+
+
+def library_name(kernel: KernelPlan) -> str:
+    """`_C.abi3.so` for a stable kernel, `_C<EXT_SUFFIX>` (e.g. `.cpython-311-…so`) else."""
+    if kernel.spec.abi == "stable":
+        return "_C.abi3.so"
+    return "_C" + str(sysconfig.get_config_var("EXT_SUFFIX"))
+
+
+def sources_sha256(kernel: KernelPlan, package_dir: Path) -> str:
+    """SHA-256 over the kernel's sources and the headers in its folder and include dirs.
+
+    Each file contributes its path relative to the package and its bytes, so the digest is the
+    same in every clone.
+    """
+    spec = kernel.spec
+    files = set(spec.sources)
+    for folder in (spec.folder, *spec.include_dirs):
+        if folder.is_dir():
+            files.update(
+                p for p in folder.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file()
+            )
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        try:
+            name = path.relative_to(package_dir).as_posix()
+        except ValueError:
+            name = path.as_posix()
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
+    """Compile every kernel `plan` builds; stage their libraries; return the record."""
+    started = time.monotonic()
+    toolchain = plan.toolchain
+    package_dir = plan.manifest.package_dir
+    build_dir = options.build_dir.absolute()
+    environ = dict(os.environ if options.environ is None else options.environ)
+    to_build = plan.to_build
+    libraries: dict[str, Path] = {}
+    steps: tuple[Step, ...] = ()
+    with build_lock(build_dir):
+        if to_build:
+            if toolchain.nvcc is None:
+                raise BuildError("nvcc is needed to build kernels but none was found")
+            torch = TorchFacts.query(toolchain, build_dir)
+            nodes = []
+            for kernel in to_build:
+                flags = kernel_flags(
+                    kernel,
+                    toolchain,
+                    torch,
+                    dep_include_dirs=options.dep_include_dirs.get(kernel.name, ()),
+                    limited_api=options.python_floor,
+                )
+                sources = list(kernel.spec.sources)
+                if not modinit.defines_module_init(sources):
+                    sources.append(_write_modinit(kernel, build_dir, options.python_floor))
+                library = f"lib/{kernel.name}/{library_name(kernel)}"
+                libraries[kernel.name] = build_dir / library
+                nodes.append(
+                    graph.GraphKernel(
+                        name=kernel.name,
+                        sources=tuple(sources),
+                        flags=flags,
+                        library=library,
+                        package_dir=package_dir,
+                    )
+                )
+            jobs = options.jobs or toolchain.jobs
+            text = graph.render(
+                nodes,
+                build_dir=build_dir,
+                root=options.root.absolute(),
+                nvcc=toolchain.nvcc,
+                cxx=environ.get("CXX", "c++"),
+                cc=environ.get("CC", "cc"),
+                launcher=toolchain.launcher,
+                pools=graph.Pools.for_memory(jobs, _available_memory()),
+            )
+            _write_if_changed(build_dir / graph.FILENAME, text)
+            env = ninja_runner.environment(
+                environ, root=options.root.absolute(), launcher=toolchain.launcher
+            )
+            result = ninja_runner.run(
+                build_dir,
+                jobs=jobs,
+                env=env,
+                stream=options.stream,
+                on_failure=lambda failed, output: _failure_message(failed, output, build_dir),
+            )
+            steps = tuple(result.steps)
+        record = BuildRecord(
+            package=plan.manifest.package,
+            version=options.version,
+            toolchain=_toolchain_record(plan),
+            kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
+        )
+    return BuildResult(
+        plan=plan,
+        record=record,
+        libraries=libraries,
+        steps=steps,
+        seconds=time.monotonic() - started,
+    )
+
+
+def build_dir_for(project: Project) -> Path:
+    """The build folder of a project: `<root>/build/kernelpack`."""
+    return project.root / "build" / "kernelpack"
+
+
+def python_floor(project: Project) -> tuple[int, int]:
+    """The lowest CPython the project supports (`requires-python`), at least 3.10.
+
+    Stable kernels are compiled for its limited API and tagged `cp3X-abi3`.
+    """
+    floor = (3, 10)
+    if project.pyproject is None:
+        return floor
+    from kernelpack._toml import read_toml
+
+    spec = read_toml(project.pyproject).get("project", {}).get("requires-python")
+    if not isinstance(spec, str):
+        return floor
+    specifiers = SpecifierSet(spec)
+    for minor in range(10, 40):
+        if f"3.{minor}.99" in specifiers or f"3.{minor}" in specifiers:
+            return max(floor, (3, minor))
+    return floor
+
+
+def build_project(
+    project: Project,
+    *,
+    kernels: frozenset[str] | None = None,
+    require: bool | None = None,
+    jobs: int | None = None,
+    build_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    stream: TextIO | None = None,
+) -> BuildResult:
+    """Detect the toolchain, plan (env selection, overridden by `kernels`/`require`) and
+    compile `project`'s kernels. Nothing is installed: see `install_inplace` and the wheel."""
+    from kernelpack import deps, plan, toolchain
+
+    env = dict(os.environ if environ is None else environ)
+    selection = Selection.from_env(project.env_prefix, env)
+    if kernels is not None:
+        selection = replace(selection, kernels=kernels, origin="--kernels")
+    if require is not None:
+        selection = replace(selection, require=require)
+    manifest = project.load_manifest(allow_missing_sources=True)
+    decided = plan.plan(manifest, toolchain.detect(env), selection)
+    dep_dirs = {
+        k.name: tuple(d for name in k.spec.depends for d in deps.resolve(name, project, env))
+        for k in decided.to_build
+    }
+    options = BuildOptions(
+        root=project.root,
+        build_dir=build_dir or build_dir_for(project),
+        version=f"{project.version}+{decided.version_tag()}",
+        jobs=jobs,
+        python_floor=python_floor(project),
+        dep_include_dirs=dep_dirs,
+        stream=stream,
+        environ=env,
+    )
+    return compile_plan(decided, options)
+
+
+def install_inplace(result: BuildResult) -> list[Path]:
+    """Copy each staged library into `<pkg>/<kernel>/` and write `<pkg>/_kernelpack.json`.
+
+    Each copy is atomic; a library of another ABI left from an earlier build (e.g. a classic
+    `_C.cpython-311-….so` that would shadow a new `_C.abi3.so`) is removed afterwards.
+    Returns the files that changed.
+    """
+    package_dir = result.plan.manifest.package_dir
+    changed: list[Path] = []
+    for name, staged in result.libraries.items():
+        destination = package_dir / name / staged.name
+        if install_file(staged, destination):
+            changed.append(destination)
+        for other in destination.parent.iterdir():
+            if other != destination and _LIBRARY_RE.match(other.name):
+                other.unlink()
+                changed.append(other)
+    record_path = package_dir / RECORD_FILENAME
+    text = result.record.dumps()
+    if not record_path.is_file() or record_path.read_text(encoding="utf-8") != text:
+        result.record.write(record_path)
+        changed.append(record_path)
+    return changed
+
+
+def _kernel_record(kernel: KernelPlan, package_dir: Path) -> KernelRecord:
+    spec = kernel.spec
+    if kernel.skip is not None:
+        return KernelRecord(status="skipped", reason=kernel.skip, namespace=spec.ops)
+    stable = spec.abi == "stable"
+    return KernelRecord(
+        status="built",
+        abi=spec.abi,
+        stable_target=(
+            f"{spec.stable_target.major}.{spec.stable_target.minor}" if stable else None
+        ),
+        archs=tuple(str(a) for a in kernel.archs),
+        ptx=spec.ptx,
+        library=f"{spec.name}/{library_name(kernel)}",
+        sources_sha256=sources_sha256(kernel, package_dir),
+        namespace=spec.ops,
+    )
+
+
+def _toolchain_record(plan: BuildPlan) -> ToolchainRecord:
+    tc = plan.toolchain
+    return ToolchainRecord(
+        nvcc=str(tc.nvcc_version) if tc.nvcc_version else None,
+        cuda=str(tc.cuda) if tc.cuda else None,
+        torch=str(tc.torch_version) if tc.torch_version else None,
+        torch_cuda=str(tc.torch_cuda) if tc.torch_cuda else None,
+        cxx11_abi=tc.cxx11_abi,
+        python=tc.python,
+        machine=tc.machine,
+    )
+
+
+def _write_modinit(kernel: KernelPlan, build_dir: Path, floor: tuple[int, int]) -> Path:
+    limited = limited_api_hex(floor) if kernel.spec.abi == "stable" else None
+    path = build_dir / "gen" / kernel.name / "_C_init.c"
+    _write_if_changed(path, modinit.source(kernel.name, limited_api=limited))
+    return path
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Atomic write that leaves an identical file (and its mtime) alone."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _failure_message(failed: str, output: str, build_dir: Path) -> str:
+    """`kernel 'k': <step> failed: <first compiler error line>`."""
+    match = re.match(r"(?:obj|lib)/([^/]+)/(.*)", failed)
+    if match:
+        kernel, rest = match.groups()
+        what = f"kernel {kernel!r}: {rest.removesuffix('.o')}"
+        verb = "failed to link" if failed.startswith("lib/") else "failed to compile"
+    else:
+        what, verb = failed, "failed"
+    first = next(
+        (
+            line.strip()
+            for line in output.splitlines()
+            if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith("FAILED:")
+        ),
+        None,
+    )
+    detail = f": {first}" if first else f" (see the output above; build folder {build_dir})"
+    return f"{what} {verb}{detail}"
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

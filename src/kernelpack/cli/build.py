@@ -1,0 +1,67 @@
+"""`kernelpack build [PATH] [--wheel-dir DIR | --inplace] [--kernels a,b] [--require] [-j N]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from kernelpack.errors import UsageError
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the `build` verb."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "build",
+        help="compile the kernels and write a wheel (or build in place)",
+        description=(
+            "Compile every planned kernel of the package through one ninja graph and write "
+            "a wheel (default: <project>/dist) or, with --inplace, install the libraries "
+            "and the build record into the package folder."
+        ),
+    )
+    parser.add_argument("path", nargs="?", type=Path, default=None, metavar="PATH")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--wheel-dir", type=Path, default=None, metavar="DIR")
+    where.add_argument("--inplace", action="store_true", help="install into the source tree")
+    parser.add_argument("--kernels", default=None, metavar="a,b", help="build only these")
+    parser.add_argument(
+        "--require", action="store_true", default=None, help="every skip is an error"
+    )
+    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kernelpack.build import engine, report
+    from kernelpack.project import locate
+
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
+    kernels = None
+    if args.kernels is not None:
+        kernels = frozenset(k.strip() for k in args.kernels.split(",") if k.strip())
+    project = locate(args.path)
+    console = Console(stderr=True)
+    if args.inplace:
+        result = engine.build_project(
+            project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
+        )
+        engine.install_inplace(result)
+        report.print_summary(result, console)
+        return 0
+    from kernelpack.build import wheel
+
+    wheel_dir = args.wheel_dir or project.root / "dist"
+    result = engine.build_project(
+        project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
+    )
+    path = wheel.write_wheel(project, result, wheel_dir)
+    report.print_summary(result, console)
+    print(path)
+    return 0

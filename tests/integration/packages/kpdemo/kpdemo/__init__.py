@@ -1,0 +1,1 @@
+"""kernelpack's integration-test package (one stable-ABI kernel, one classic kernel)."""

@@ -23,7 +23,7 @@ from kernelpack.manifest import KernelSpec, Manifest
 from kernelpack.reason import Reason
 from kernelpack.toolchain import Toolchain
 
-__all__ = ["BuildPlan", "KernelPlan", "Selection", "default_cxx_std", "plan"]
+__all__ = ["BuildPlan", "KernelPlan", "Selection", "decide", "default_cxx_std", "plan"]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -100,6 +100,8 @@ class BuildPlan:
     manifest: Manifest
     toolchain: Toolchain
     kernels: tuple[KernelPlan, ...]
+    require: bool = False
+    """Whether a skip is an error (`Selection.require`); not-selected kernels never are."""
 
     @property
     def to_build(self) -> tuple[KernelPlan, ...]:
@@ -115,6 +117,33 @@ class BuildPlan:
             if kernel.name == name:
                 return kernel
         raise KeyError(name)
+
+    def problems(self) -> tuple[str, ...]:
+        """Why these decisions cannot be carried out, one line each (empty when they can):
+        required kernels skipped, torch missing, a `cxx-std` torch's headers reject."""
+        found: list[str] = []
+        if self.require:
+            skipped = [k for k in self.skipped if k.skip and k.skip.code != "not-selected"]
+            if skipped:
+                listing = "; ".join(
+                    f"{k.name}: {k.skip.code}, {k.skip.message}" for k in skipped if k.skip
+                )
+                found.append(f"required kernels would be skipped ({len(skipped)}): {listing}")
+        to_build = self.to_build
+        if to_build and self.toolchain.torch_missing is not None:
+            names = ", ".join(k.name for k in to_build)
+            found.append(f"cannot build {names}: {self.toolchain.torch_missing}")
+        for kernel in to_build:
+            problem = _cxx_std_problem(kernel.spec, self.manifest, self.toolchain)
+            if problem is not None:
+                found.append(problem)
+        return tuple(found)
+
+    def check(self) -> None:
+        """Raise `PlanError` with the first of `problems()`, if any."""
+        problems = self.problems()
+        if problems:
+            raise PlanError(problems[0])
 
     def version_tag(self) -> str:
         """DESIGN's local version: `cu130torch2.14.1`, or `cu130stable2.10` when all stable.
@@ -147,6 +176,16 @@ def plan(manifest: Manifest, toolchain: Toolchain, selection: Selection | None =
     """Decide every kernel; raise `PlanError` when `selection.require` and any kernel skips,
     or when a kernel's settings cannot work with this toolchain (e.g. C++17 with torch 2.14's
     classic ATen headers). Unknown kernel names in `selection` are a `UsageError`."""
+    result = decide(manifest, toolchain, selection)
+    result.check()
+    return result
+
+
+def decide(
+    manifest: Manifest, toolchain: Toolchain, selection: Selection | None = None
+) -> BuildPlan:
+    """Every kernel's decision without raising for `BuildPlan.problems()` (for reports such
+    as `kernelpack doctor`); `plan()` is this plus `BuildPlan.check()`."""
     selection = selection or Selection()
     if selection.kernels is not None:
         unknown = sorted(selection.kernels - set(manifest.names))
@@ -155,22 +194,13 @@ def plan(manifest: Manifest, toolchain: Toolchain, selection: Selection | None =
                 f"{selection.origin} names unknown kernel(s) {', '.join(unknown)}; "
                 f"{manifest.path} has: {', '.join(manifest.names) or 'none'}"
             )
-    kernels = tuple(_decide(spec, manifest, toolchain, selection) for spec in manifest.kernels)
-    if selection.require:
-        _check_required(kernels)
-    to_build = [k for k in kernels if k.build]
-    if to_build and toolchain.torch_missing is not None:
-        raise PlanError(
-            f"cannot build {', '.join(k.name for k in to_build)}: {toolchain.torch_missing}"
-        )
-    for kernel in to_build:
-        _check_cxx_std(kernel, manifest, toolchain)
-    return BuildPlan(manifest=manifest, toolchain=toolchain, kernels=kernels)
+    kernels = tuple(_decide(spec, toolchain, selection) for spec in manifest.kernels)
+    return BuildPlan(
+        manifest=manifest, toolchain=toolchain, kernels=kernels, require=selection.require
+    )
 
 
-def _decide(
-    spec: KernelSpec, manifest: Manifest, toolchain: Toolchain, selection: Selection
-) -> KernelPlan:
+def _decide(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> KernelPlan:
     archs = spec.archs_for(toolchain.machine) or ()
     skip = _skip_reason(spec, archs, toolchain, selection)
     if skip is not None:
@@ -247,24 +277,17 @@ def _skip_reason(
     return None
 
 
-def _check_required(kernels: tuple[KernelPlan, ...]) -> None:
-    skipped = [k for k in kernels if k.skip is not None and k.skip.code != "not-selected"]
-    if skipped:
-        listing = "; ".join(f"{k.name}: {k.skip.code}, {k.skip.message}" for k in skipped if k.skip)
-        raise PlanError(f"required kernels would be skipped ({len(skipped)}): {listing}")
-
-
-def _check_cxx_std(kernel: KernelPlan, manifest: Manifest, toolchain: Toolchain) -> None:
-    spec = kernel.spec
+def _cxx_std_problem(spec: KernelSpec, manifest: Manifest, toolchain: Toolchain) -> str | None:
     if spec.abi != "torch" or spec.cxx_std is None:
-        return
+        return None
     needed = _classic_min_cxx(toolchain.torch_version)
-    if spec.cxx_std < needed:
-        raise PlanError(
-            f"{manifest.path}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
-            f'torch {toolchain.torch_version}\'s ATen headers (abi = "torch"), which need '
-            f'C++{needed}; set cxx-std = {needed}, drop the key, or use abi = "stable"'
-        )
+    if spec.cxx_std >= needed:
+        return None
+    return (
+        f"{manifest.path}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
+        f'torch {toolchain.torch_version}\'s ATen headers (abi = "torch"), which need '
+        f'C++{needed}; set cxx-std = {needed}, drop the key, or use abi = "stable"'
+    )
 
 
 def _classic_min_cxx(torch_version: Version | None) -> int:

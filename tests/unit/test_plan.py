@@ -12,7 +12,7 @@ from fakes import NVCC_12_4, NVCC_12_8, NVCC_13_0, make_manifest, make_spec, mak
 from packaging.version import Version
 
 from kernelpack.errors import PlanError, UsageError
-from kernelpack.plan import Selection, plan
+from kernelpack.plan import Selection, decide, plan
 from kernelpack.reason import Reason
 
 
@@ -299,3 +299,21 @@ def test_version_tag_ignores_skipped_classic_kernels() -> None:
 def test_version_tag_takes_cuda_from_nvcc() -> None:
     toolchain = make_toolchain(nvcc=NVCC_12_8, torch_cuda=Version("12.8"))
     assert plan(make_manifest(make_spec()), toolchain).version_tag() == "cu128torch2.14.1"
+
+
+# --- decide() and problems() --------------------------------------------------------------------
+
+
+def test_decide_returns_decisions_and_problems_without_raising() -> None:
+    manifest = make_manifest(make_spec("rmsnorm", cxx_std=17), make_spec("b", ["10.0a"]))
+    toolchain = make_toolchain(nvcc=NVCC_12_4, torch_cuda=Version("12.4"))
+    result = decide(manifest, toolchain, Selection(require=True))
+    assert result.kernel("rmsnorm").build
+    assert [p.split(":")[0] for p in result.problems()] == [
+        "required kernels would be skipped (1)",
+        "/pkgs/demo/kernels.toml",
+    ]
+
+
+def test_decide_has_no_problems_for_a_buildable_plan() -> None:
+    assert decide(make_manifest(make_spec()), make_toolchain()).problems() == ()

@@ -192,7 +192,7 @@ class Table:
             if not item.strip():
                 raise self.error(key, "holds an empty string", f"expected an array of {expected}")
         if not value and not allow_empty:
-            raise self.error(key, "is empty", f"expected at least one of {expected}")
+            raise self.error(key, "is empty", f"expected a non-empty array of {expected}")
         return tuple(value)
 
     def choice(self, key: str, choices: Collection[str]) -> str | None:
@@ -220,7 +220,8 @@ class Table:
         value = self.data.get(key)
         if value is None:
             return None
-        names = self.strings(key, expected=_one_of(PLATFORMS), allow_empty=False)
+        expected = "platform names (" + ", ".join(f'"{p}"' for p in PLATFORMS) + ")"
+        names = self.strings(key, expected=expected, allow_empty=False)
         for name in names:
             if name not in PLATFORMS:
                 raise self.error(key, f"unknown platform {_quote(name)}", _did_you_mean(name))

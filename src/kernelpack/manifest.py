@@ -271,15 +271,16 @@ def _kernel(context: _Context, name: str, value: object) -> KernelSpec:
                 "libraries", f'"{library}" is not a library name', "expected e.g. cublas"
             )
 
-    missing: list[tuple[str, str, str]] = []
+    missing: list[tuple[str, str]] = []
     sources = _sources(context, table, folder, missing)
     include_dirs = _include_dirs(context, table, folder, missing)
     missing_sources = None
     if missing:
         if not context.allow_missing_sources:
-            raise missing_error(table, missing[0])
+            raise _missing_error(table, missing[0])
         sources = ()
-        missing_sources = f"{missing[0][1]} ({missing[0][0]}: {missing[0][2]})"
+        key, problem = missing[0]
+        missing_sources = f"{display_path(folder)}: {key} {problem}"
 
     return KernelSpec(
         name=name,
@@ -304,13 +305,14 @@ def _kernel(context: _Context, name: str, value: object) -> KernelSpec:
     )
 
 
-def missing_error(table: Table, missing: tuple[str, str, str]) -> ManifestError:
-    key, problem, _ = missing
-    return table.error(key, problem, "expected files inside the kernel's folder")
+def _missing_error(table: Table, missing: tuple[str, str]) -> ManifestError:
+    key, problem = missing
+    what = "folders" if key == "include-dirs" else "files"
+    return table.error(key, problem, f"expected existing {what}, relative to the kernel's folder")
 
 
 def _sources(
-    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str, str]]
+    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str]]
 ) -> tuple[Path, ...]:
     if "sources" not in table.data:
         raise table.error("sources", "is missing", 'expected e.g. sources = ["csrc/kernel.cu"]')
@@ -321,13 +323,13 @@ def _sources(
         if _GLOB_CHARS.intersection(pattern):
             matches = sorted(p for p in folder.glob(pattern) if p.is_file())
             if not matches:
-                missing.append(("sources", f'"{pattern}" matches no file', str(folder)))
+                missing.append(("sources", f'"{pattern}" matches no file'))
             for match in matches:
                 found[_checked(context, table, "sources", pattern, match)] = None
             continue
         source = _checked(context, table, "sources", pattern, folder / pattern)
         if not source.exists():
-            missing.append(("sources", f'"{pattern}" does not exist', str(source)))
+            missing.append(("sources", f'"{pattern}" does not exist'))
         elif not source.is_file():
             raise table.error("sources", f'"{pattern}" is not a file', "expected a source file")
         else:
@@ -336,14 +338,14 @@ def _sources(
 
 
 def _include_dirs(
-    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str, str]]
+    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str]]
 ) -> tuple[Path, ...]:
     dirs: dict[Path, None] = {}
     for entry in table.strings("include-dirs", expected="folders"):
         _check_relative(context, table, "include-dirs", entry, folder)
         include = _checked(context, table, "include-dirs", entry, folder / entry)
         if not include.exists():
-            missing.append(("include-dirs", f'"{entry}" does not exist', str(include)))
+            missing.append(("include-dirs", f'"{entry}" does not exist'))
         elif not include.is_dir():
             raise table.error("include-dirs", f'"{entry}" is not a folder', "expected a folder")
         dirs[include] = None

@@ -1,0 +1,224 @@
+"""The run-time checks before a kernel is loaded, in DESIGN's order, each giving a `Reason`.
+
+`not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `torch-mismatch`,
+`driver-too-old`; the last two codes (`load-failed`, `namespace-collision`) need the kernel to
+be imported and live in `kernelpack.runtime.loader`. Every check is a pure function of the build
+record and a `Context` whose facts are gathered lazily: a kernel stopped by an early check never
+probes the device.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from functools import cached_property
+
+from kernelpack.arch import Arch
+from kernelpack.reason import Reason
+from kernelpack.record import BuildRecord, KernelRecord
+from kernelpack.runtime.device import DeviceFacts, Probe
+from kernelpack.runtime.torchinfo import TorchFacts, TorchReader
+
+__all__ = ["CHECKS", "Check", "Context", "disabled_kernels", "env_prefix", "first_reason"]
+
+
+def env_prefix(package: str) -> str:
+    """The environment-variable prefix of a package: `llm_ops` -> `LLM_OPS`."""
+    return re.sub(r"[^A-Za-z0-9]", "_", package).upper()
+
+
+def disabled_kernels(package: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """Kernel name -> the `NAME=value` setting that disables it.
+
+    Read from `<PREFIX>_DISABLE` and `KERNELPACK_DISABLE` (comma-separated kernel names).
+    """
+    disabled: dict[str, str] = {}
+    for variable in (f"{env_prefix(package)}_DISABLE", "KERNELPACK_DISABLE"):
+        value = environ.get(variable, "")
+        for name in (part.strip() for part in value.split(",")):
+            if name:
+                disabled.setdefault(name, f"{variable}={value}")
+    return disabled
+
+
+class Context:
+    """The facts the checks compare a build record against; each gathered on first use."""
+
+    def __init__(
+        self,
+        record: BuildRecord,
+        *,
+        probe: Probe,
+        read_torch: TorchReader,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.record = record
+        self._probe = probe
+        self._read_torch = read_torch
+        self.disabled = disabled_kernels(record.package, os.environ if environ is None else environ)
+
+    @cached_property
+    def torch(self) -> TorchFacts:
+        return self._read_torch()
+
+    @cached_property
+    def device(self) -> DeviceFacts:
+        return self._probe()
+
+    def built_with(self) -> str:
+        """The build's torch, e.g. "torch 2.14.1 (CUDA 13.0)"."""
+        toolchain = self.record.toolchain
+        cuda = f"CUDA {toolchain.torch_cuda}" if toolchain.torch_cuda else "CPU-only"
+        return f"torch {toolchain.torch} ({cuda})"
+
+
+Check = Callable[[str, KernelRecord, Context], "Reason | None"]
+
+
+def _not_built(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    if kernel.built:
+        return None
+    cause = kernel.reason
+    if cause is None:
+        return Reason("not-built", f"{name} was not built (the build record gives no reason)")
+    return Reason("not-built", f"skipped at build time ({cause.code}): {cause.message}", cause)
+
+
+def _disabled(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    setting = ctx.disabled.get(name)
+    if setting is None:
+        return None
+    return Reason("disabled", f"disabled by {setting}; remove {name!r} from it to use the kernel")
+
+
+def _no_cuda_torch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    torch = ctx.torch
+    wanted = ctx.record.toolchain.torch_cuda or ctx.record.toolchain.cuda
+    install = f"install a CUDA {wanted or ''} build of torch".replace("  ", " ")
+    if not torch.installed:
+        return Reason("no-cuda-torch", f"torch is not installed; {install}")
+    if torch.cuda is None:
+        return Reason("no-cuda-torch", f"torch {torch.version} is a CPU-only build; {install}")
+    return None
+
+
+def _no_device(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    device = ctx.device
+    if device.devices:
+        return None
+    return Reason("no-device", f"no CUDA device visible: {device.problem or 'no GPU found'}")
+
+
+def _built_for(kernel: KernelRecord) -> str:
+    targets = ", ".join(_sm(arch) for arch in kernel.archs) or "no arch"
+    if kernel.ptx and kernel.archs:
+        targets += f" + PTX {max(Arch.parse(a) for a in kernel.archs).compute}"
+    return targets
+
+
+def _sm(text: str) -> str:
+    try:
+        return Arch.parse(text).sm
+    except ValueError:
+        return text
+
+
+def _arch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    archs = []
+    for text in kernel.archs:
+        try:
+            archs.append(Arch.parse(text))
+        except ValueError:
+            continue
+    highest = max(archs, default=None)
+    for device in ctx.device.devices:
+        if not any(a.runs_on(device.capability, ptx=kernel.ptx and a == highest) for a in archs):
+            which = f"device {device.index}" if device.index >= 0 else "the MIG device"
+            return Reason(
+                "arch-mismatch",
+                f"{which} ({device.name}) is {device.sm}; {name} was built for "
+                f"{_built_for(kernel)}; rebuild with arch "
+                f'"{device.capability[0]}.{device.capability[1]}" (or its "a"/"f" form) added',
+            )
+    return None
+
+
+def _torch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    from packaging.version import InvalidVersion, Version
+
+    running, built = ctx.torch, ctx.record.toolchain
+    if running.version is None:
+        return None
+    try:
+        running_version = Version(running.version)
+    except InvalidVersion:
+        return None
+    running_release = ".".join(str(p) for p in running_version.release)
+    if built.torch_cuda and running.cuda and _major(built.torch_cuda) != _major(running.cuda):
+        return Reason(
+            "torch-mismatch",
+            f"built for a CUDA {built.torch_cuda} torch, running torch {running.version} "
+            f"(CUDA {running.cuda}); install a CUDA {_major(built.torch_cuda)}.x torch or rebuild",
+        )
+    if kernel.abi == "stable":
+        target = kernel.stable_target
+        if target and running_version.release < Version(target).release:
+            return Reason(
+                "torch-mismatch",
+                f"built for torch >= {target} (stable ABI), running {running_release}; "
+                f"upgrade torch to {target} or newer",
+            )
+        return None
+    if built.torch and Version(built.torch).release != running_version.release:
+        return Reason(
+            "torch-mismatch",
+            f"built for torch {Version(built.torch).base_version}, running {running_release}; "
+            f"install torch=={Version(built.torch).base_version} or rebuild against this torch",
+        )
+    return None
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0]
+
+
+def _cuda_tuple(version: str) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def _driver_too_old(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    driver = ctx.device.driver_cuda
+    cuda = ctx.record.toolchain.cuda
+    needed = _cuda_tuple(cuda) if cuda else None
+    if driver is None or needed is None or driver >= needed:
+        return None
+    return Reason(
+        "driver-too-old",
+        f"the NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, {name} was built with "
+        f"CUDA {cuda}; upgrade the driver (or rebuild with CUDA {driver[0]}.{driver[1]})",
+    )
+
+
+#: The checks before loading, in DESIGN's order.
+CHECKS: tuple[Check, ...] = (
+    _not_built,
+    _disabled,
+    _no_cuda_torch,
+    _no_device,
+    _arch_mismatch,
+    _torch_mismatch,
+    _driver_too_old,
+)
+
+
+def first_reason(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    """The first check that fails for `kernel`, or None when it may be loaded."""
+    for check in CHECKS:
+        reason = check(name, kernel, ctx)
+        if reason is not None:
+            return reason
+    return None

@@ -1,0 +1,152 @@
+"""Importing a kernel module: the `load-failed` and `namespace-collision` checks.
+
+Whether a `.so` loads is only known by loading it, so a kernel that passes every other check is
+imported (which dlopens its `_C`; no CUDA context is created). The outcome is cached for the
+process, shared by every registry: a module is imported at most once, and a failure is not
+retried into a different, misleading error.
+
+A C++ `TORCH_LIBRARY` that meets a namespace already registered throws from a static
+initialiser while the `.so` is being opened, which aborts the process rather than raising. So
+the namespace is checked *before* the import: ops already present in `torch.ops.<ns>` belong to
+another library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from kernelpack.reason import Reason
+
+__all__ = ["demangle", "import_kernel", "ops_in_namespace"]
+
+_lock = threading.RLock()
+_outcomes: dict[str, ModuleType | Reason] = {}
+
+_MANGLED = re.compile(r"\b_Z[A-Za-z0-9_$.]+")
+_COLLISIONS = (
+    "Only a single TORCH_LIBRARY can be used to register the namespace",
+    "with the same name and overload name multiple times",
+    "already has a fake impl registered",
+    "already has an implementation for this device type",
+)
+
+
+def ops_in_namespace(namespace: str) -> list[str]:
+    """The ops (`ns::name`) torch's dispatcher already knows in `namespace`."""
+    import torch
+
+    prefix = f"{namespace}::"
+    return sorted(op for op in torch._C._dispatch_get_all_op_names() if op.startswith(prefix))
+
+
+def _registered_at(op: str) -> str | None:
+    """Where `op` was registered (the source file torch recorded), if torch says."""
+    import torch
+
+    match = re.search(r"registered at (\S+)", torch._C._dispatch_dump(op))
+    return match.group(1) if match else None
+
+
+def demangle(text: str) -> str:
+    """`text` with its mangled C++ symbols demangled by `c++filt` (unchanged without it)."""
+    symbols = sorted(set(_MANGLED.findall(text)), key=len, reverse=True)
+    if not symbols:
+        return text
+    import shutil
+    import subprocess
+
+    cxxfilt = shutil.which("c++filt")
+    if cxxfilt is None:
+        return text
+    try:
+        result = subprocess.run(
+            [cxxfilt],
+            input="\n".join(symbols) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return text
+    for symbol, plain in zip(symbols, result.stdout.splitlines(), strict=False):
+        if plain and plain != symbol:
+            text = text.replace(symbol, plain)
+    return text
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}" if not isinstance(error, ImportError) else str(error)
+    return " ".join(text.split())
+
+
+def _collision(namespace: str, ops: list[str]) -> Reason:
+    shown = ", ".join(ops[:3]) + (", …" if len(ops) > 3 else "")
+    where = _registered_at(ops[0])
+    by = f" (registered at {where})" if where else ""
+    return Reason(
+        "namespace-collision",
+        f"torch.ops.{namespace} already holds {shown} from another library{by}; uninstall it "
+        f"or give this kernel its own `ops` namespace in kernels.toml",
+    )
+
+
+def import_kernel(
+    module: str,
+    *,
+    library: Path | None,
+    namespace: str | None,
+    check_namespace: bool,
+    hint: str,
+) -> ModuleType | Reason:
+    """Import kernel module `module`, or say why it cannot be.
+
+    `library` is the `.so` the build record names; `namespace` its op namespace, checked for
+    foreign ops first when `check_namespace` (False when a sibling kernel sharing it is loaded).
+    `hint` ("built for …, running …") ends a `load-failed` message.
+    """
+    with _lock:
+        outcome = _outcomes.get(module)
+        if outcome is None:
+            outcome = _outcomes[module] = _import(
+                module,
+                library=library,
+                namespace=namespace,
+                check_namespace=check_namespace,
+                hint=hint,
+            )
+        return outcome
+
+
+def _import(
+    module: str,
+    *,
+    library: Path | None,
+    namespace: str | None,
+    check_namespace: bool,
+    hint: str,
+) -> ModuleType | Reason:
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return loaded
+    if library is not None and not library.exists():
+        return Reason(
+            "load-failed",
+            f"{library} is missing (the build record lists it); rebuild or reinstall; {hint}",
+        )
+    if namespace and check_namespace:
+        ops = ops_in_namespace(namespace)
+        if ops:
+            return _collision(namespace, ops)
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:
+        message = _one_line(exc)
+        if any(marker in message for marker in _COLLISIONS):
+            return Reason("namespace-collision", f"{message}; give this kernel its own namespace")
+        return Reason("load-failed", f"{demangle(message)}; {hint}")

@@ -1,0 +1,261 @@
+"""`Registry`: which kernels of a package are usable here, why the others are not, and loading.
+
+A kernel package wires it into its `__init__.py` in two lines::
+
+    from kernelpack.runtime import Registry
+    status, is_available, unavailable_reason, load = Registry(__name__).api()
+
+The registry reads the build record `<pkg>/_kernelpack.json` (never the manifest, never build
+code), runs the checks of `kernelpack.runtime.checks` in DESIGN's order, and imports a kernel
+only once it has passed them all. Answers are cached per registry and safe to ask from several
+threads; none of them initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple, Protocol
+
+from kernelpack.errors import KernelUnavailableError
+from kernelpack.reason import Reason
+from kernelpack.record import FILENAME, BuildRecord
+from kernelpack.runtime import device, loader, torchinfo
+from kernelpack.runtime.checks import Context, first_reason
+from kernelpack.runtime.device import Probe
+from kernelpack.runtime.torchinfo import TorchReader
+
+__all__ = ["Api", "Registry", "log_status", "registry_for", "status_line"]
+
+
+class _StatusFn(Protocol):
+    def __call__(self) -> dict[str, str]: ...
+
+
+class _ReasonFn(Protocol):
+    def __call__(self, kernel: str) -> Reason | None: ...
+
+
+class _AvailableFn(Protocol):
+    def __call__(self, kernel: str) -> bool: ...
+
+
+class _LoadFn(Protocol):
+    def __call__(self, kernel: str) -> ModuleType: ...
+
+
+class Api(NamedTuple):
+    """The four functions a kernel package exports, in the order DESIGN unpacks them."""
+
+    status: _StatusFn
+    is_available: _AvailableFn
+    unavailable_reason: _ReasonFn
+    load: _LoadFn
+
+
+def status_line(reason: Reason | None) -> str:
+    """The `status()` value of one kernel: "available" or "<word>: <message>".
+
+    The word is "skipped" for a kernel the build skipped (followed by the build's own
+    message), else the reason's code.
+    """
+    if reason is None:
+        return "available"
+    if reason.code == "not-built" and reason.cause is not None:
+        return f"skipped: {reason.cause.message}"
+    return f"{reason.code}: {reason.message}"
+
+
+class Registry:
+    """The run-time view of one kernel package's build record.
+
+    `probe` replaces the NVML device probe and `read_torch` the reading of the running torch
+    (both for tests and unusual machines); by default the module-level default probe is used
+    (see `kernelpack.runtime.device.set_default_probe`).
+    """
+
+    def __init__(
+        self,
+        package: str,
+        *,
+        probe: Probe | None = None,
+        read_torch: TorchReader | None = None,
+    ) -> None:
+        self.package = package
+        self._probe = probe
+        self._read_torch = read_torch or torchinfo.read_torch
+        self._lock = threading.RLock()
+        self._record: BuildRecord | None = None
+        self._record_problem: str | None = None
+        self._loaded_record = False
+        self._context: Context | None = None
+        self._reasons: dict[str, Reason | None] = {}
+        self._modules: dict[str, ModuleType] = {}
+        self._logged = False
+        with _registries_lock:
+            _registries.setdefault(package, self)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.package!r})"
+
+    # -- the build record ---------------------------------------------------------------------
+
+    @property
+    def location(self) -> Path | None:
+        """The package's folder, found without importing it (or its kernels)."""
+        module = sys.modules.get(self.package)
+        paths = list(getattr(module, "__path__", None) or [])
+        if not paths:
+            try:
+                spec = importlib.util.find_spec(self.package)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is not None and spec.submodule_search_locations:
+                paths = list(spec.submodule_search_locations)
+        return Path(paths[0]) if paths else None
+
+    @property
+    def record_path(self) -> Path | None:
+        location = self.location
+        return location / FILENAME if location is not None else None
+
+    @property
+    def record(self) -> BuildRecord | None:
+        """The build record, or None when there is none (see `record_problem`)."""
+        with self._lock:
+            if not self._loaded_record:
+                self._record, self._record_problem = self._read_record()
+                self._loaded_record = True
+            return self._record
+
+    @property
+    def record_problem(self) -> str | None:
+        """Why there is no usable build record, in words."""
+        _ = self.record
+        return self._record_problem
+
+    def _read_record(self) -> tuple[BuildRecord | None, str | None]:
+        path = self.record_path
+        if path is None:
+            return None, f"package {self.package!r} is not installed"
+        if not path.is_file():
+            return None, (
+                f"{self.package} has no build record ({path}); build it with "
+                f"`kernelpack build --inplace` or install a built wheel"
+            )
+        try:
+            return BuildRecord.read(path), None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return None, f"{self.package}'s build record cannot be read: {exc}"
+
+    def kernels(self) -> tuple[str, ...]:
+        """The kernel names the build record lists (none without a record)."""
+        record = self.record
+        return tuple(record.kernels) if record is not None else ()
+
+    # -- the answers --------------------------------------------------------------------------
+
+    def unavailable_reason(self, kernel: str) -> Reason | None:
+        """None when `kernel` is usable here, else the `Reason` it is not (str() = message).
+
+        Raises `ValueError` for a name the build record does not list.
+        """
+        with self._lock:
+            if kernel not in self._reasons:
+                self._reasons[kernel] = self._decide(kernel)
+            return self._reasons[kernel]
+
+    def is_available(self, kernel: str) -> bool:
+        """`unavailable_reason(kernel) is None`."""
+        return self.unavailable_reason(kernel) is None
+
+    def load(self, kernel: str) -> ModuleType:
+        """The kernel's module; `KernelUnavailableError` (with `.kernel`, `.reason`) otherwise."""
+        reason = self.unavailable_reason(kernel)
+        if reason is not None:
+            raise KernelUnavailableError(kernel, reason)
+        return self._modules[kernel]
+
+    def status(self) -> dict[str, str]:
+        """Every kernel -> "available" or "<word>: <message>" (see `status_line`)."""
+        return {name: status_line(self.unavailable_reason(name)) for name in self.kernels()}
+
+    def api(self) -> Api:
+        """`(status, is_available, unavailable_reason, load)`, bound to this registry."""
+        return Api(self.status, self.is_available, self.unavailable_reason, self.load)
+
+    def log_status(self, logger: logging.Logger | None = None) -> None:
+        """Log the status once (later calls do nothing): one INFO line for the package."""
+        with self._lock:
+            if self._logged:
+                return
+            self._logged = True
+        log = logger or logging.getLogger(self.package)
+        status = self.status()
+        if not status:
+            log.warning("%s: no kernels: %s", self.package, self.record_problem)
+            return
+        usable = sum(value == "available" for value in status.values())
+        details = "; ".join(f"{name}: {value}" for name, value in status.items())
+        log.info("%s kernels: %d/%d available (%s)", self.package, usable, len(status), details)
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def _decide(self, kernel: str) -> Reason | None:
+        record = self.record
+        if record is None:
+            return Reason("not-built", self._record_problem or "no build record")
+        spec = record.kernels.get(kernel)
+        if spec is None:
+            known = ", ".join(record.kernels) or "none"
+            raise ValueError(f"{self.package} has no kernel {kernel!r} (its kernels: {known})")
+        if self._context is None:
+            self._context = Context(
+                record, probe=self._probe or device.default_probe, read_torch=self._read_torch
+            )
+        reason = first_reason(kernel, spec, self._context)
+        if reason is not None:
+            return reason
+        location = self.location
+        shares_namespace = any(
+            other != kernel
+            and other_spec.namespace == spec.namespace
+            and f"{self.package}.{other}" in sys.modules
+            for other, other_spec in record.kernels.items()
+        )
+        outcome = loader.import_kernel(
+            f"{self.package}.{kernel}",
+            library=location / spec.library if location is not None and spec.library else None,
+            namespace=spec.namespace,
+            check_namespace=not shares_namespace,
+            hint=self._hint(),
+        )
+        if isinstance(outcome, Reason):
+            return outcome
+        self._modules[kernel] = outcome
+        return None
+
+    def _hint(self) -> str:
+        assert self._context is not None
+        built = self._context.built_with()
+        return f"built for {built}, running torch {self._context.torch.describe()}"
+
+
+_registries_lock = threading.Lock()
+_registries: dict[str, Registry] = {}
+
+
+def registry_for(package: str) -> Registry:
+    """The first registry made for `package` in this process (the package's own), or a new one."""
+    with _registries_lock:
+        registry = _registries.get(package)
+    return registry if registry is not None else Registry(package)
+
+
+def log_status(package: str, logger: logging.Logger | None = None) -> None:
+    """Log `package`'s kernel status once per process (see `Registry.log_status`)."""
+    registry_for(package).log_status(logger)

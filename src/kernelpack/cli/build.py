@@ -55,13 +55,13 @@ def _run(args: argparse.Namespace) -> int:
         engine.install_inplace(result)
         report.print_summary(result, console)
         return 0
-    from kernelpack.build import wheel
+    from kernelpack.build.wheel import write_wheel
 
     wheel_dir = args.wheel_dir or project.root / "dist"
     result = engine.build_project(
         project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
     )
-    path = wheel.write_wheel(project, result, wheel_dir)
+    path = write_wheel(project, result, wheel_dir)
     report.print_summary(result, console)
     print(path)
     return 0

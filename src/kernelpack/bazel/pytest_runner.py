@@ -1,0 +1,91 @@
+"""The pytest runner behind `py_gpu_test` (see `defs.bzl`).
+
+Bazel runs the test's main, a one-line stub calling `main()`, with the arguments
+`[--prefer-built=PKG ...] -- <test files> [pytest args]`, from the runfiles tree. The runner:
+
+- maps Bazel's test protocol onto pytest: `XML_OUTPUT_FILE` -> `--junitxml`,
+  `--test_filter` (`TESTBRIDGE_TEST_ONLY`) -> `-k`; the read-only runfiles -> no cache;
+- with `--prefer-built=PKG`, makes `import PKG` find the built copy of PKG (the one holding
+  the build record `_kernelpack.json`, installed in the image) rather than the sources Bazel
+  staged, which have no native modules. Without a built copy it changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["built_copy", "main", "pytest_args", "shadow_with_built"]
+
+#: The build record that marks a built (installed) copy of a kernel package.
+_RECORD = "_kernelpack.json"
+
+
+def built_copy(package: str, search_path: Sequence[str]) -> Path | None:
+    """The first `search_path` entry holding `<package>/_kernelpack.json`, or None."""
+    for entry in search_path:
+        folder = Path(entry or ".") / package
+        if (folder / _RECORD).is_file():
+            return Path(entry or ".")
+    return None
+
+
+def shadow_with_built(packages: Sequence[str], scratch: Path) -> list[str]:
+    """Put the built copy of each package first on `sys.path`; return those it moved.
+
+    Only the named packages move: each gets a link `scratch/<package>` to its built copy,
+    and `scratch` goes first on `sys.path`, so every other module resolves as before.
+    """
+    moved = []
+    for package in packages:
+        entry = built_copy(package, sys.path)
+        if entry is None:
+            continue
+        link = scratch / package
+        if not link.exists():
+            link.symlink_to((entry / package).resolve(), target_is_directory=True)
+        moved.append(package)
+    if moved and str(scratch) not in sys.path:
+        sys.path.insert(0, str(scratch))
+    return moved
+
+
+def pytest_args(test_args: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """pytest's arguments for `test_args` under Bazel's test environment `environ`."""
+    args = ["-p", "no:cacheprovider", *test_args]
+    junit = environ.get("XML_OUTPUT_FILE")
+    if junit:
+        args.append(f"--junitxml={junit}")
+    selected = environ.get("TESTBRIDGE_TEST_ONLY")
+    if selected:
+        args += ["-k", selected]
+    return args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelpack-pytest-runner", add_help=False)
+    parser.add_argument("--prefer-built", action="append", default=[], metavar="PKG")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run pytest for a Bazel test; return its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    options = _parser().parse_args(argv[:split])
+    test_args = argv[split + 1 :]
+    scratch = Path(os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()) / "kernelpack-built"
+    scratch.mkdir(parents=True, exist_ok=True)
+    shadow_with_built(options.prefer_built, scratch)
+
+    import pytest
+
+    return int(pytest.main(pytest_args(test_args, os.environ)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

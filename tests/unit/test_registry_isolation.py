@@ -1,0 +1,101 @@
+"""The runtime stays light: no build machinery, no CUDA initialisation, torch read from disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from registry_support import built, make_package, skipped, unique_name
+
+from kernelpack.runtime.torchinfo import _assignments
+
+FORBIDDEN = (
+    "kernelpack.manifest",
+    "kernelpack.toolchain",
+    "kernelpack.plan",
+    "kernelpack.build",
+    "kernelpack.settings",
+    "ninja",
+    "setuptools",
+    "torch.utils.cpp_extension",
+)
+
+
+def run_python(code: str, cwd: Path) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+    )
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_importing_a_package_and_asking_status_loads_no_build_machinery(tmp_path: Path) -> None:
+    package = unique_name()
+    make_package(
+        tmp_path,
+        package,
+        {"a": built("a", package), "b": skipped("nvcc-missing", "no nvcc")},
+    )
+    code = (
+        "import json, subprocess, sys\n"
+        "calls = []\n"
+        "real_popen = subprocess.Popen.__init__\n"
+        "def spy(self, args, *a, **k):\n"
+        "    calls.append(str(args))\n"
+        "    return real_popen(self, args, *a, **k)\n"
+        "subprocess.Popen.__init__ = spy\n"
+        f"import {package} as pkg\n"
+        "pkg.status(); pkg.unavailable_reason('a'); pkg.is_available('b')\n"
+        f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
+        "torch = sys.modules.get('torch')\n"
+        "cuda = bool(torch is not None and torch.cuda.is_initialized())\n"
+        "print(json.dumps({'bad': bad, 'calls': calls, 'cuda': cuda}))\n"
+    )
+    assert run_python(code, tmp_path) == {"bad": [], "calls": [], "cuda": False}
+
+
+@pytest.mark.skipif(
+    any(Path(p, "libnvidia-ml.so.1").exists() for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")),
+    reason="this machine has an NVIDIA driver",
+)
+def test_status_on_a_machine_without_gpu_does_not_import_torch(tmp_path: Path) -> None:
+    package = unique_name()
+    make_package(tmp_path, package, {"a": built("a", package)})
+    code = (
+        "import json, sys\n"
+        f"import {package} as pkg\n"
+        "status = pkg.status()\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'status': status}))\n"
+    )
+    assert run_python(code, tmp_path) == {
+        "torch": False,
+        "status": {
+            "a": "no-device: no CUDA device visible: no NVIDIA driver: libnvidia-ml.so.1 not found"
+        },
+    }
+
+
+def test_torch_version_is_read_from_its_version_file() -> None:
+    torch = pytest.importorskip("torch")
+    code = (
+        "import json, sys\n"
+        "from kernelpack.runtime.torchinfo import read_torch\n"
+        "facts = read_torch()\n"
+        "print(json.dumps({'v': facts.version, 'cuda': facts.cuda, "
+        "'imported': 'torch' in sys.modules}))\n"
+    )
+    result = run_python(code, Path.cwd())
+    assert result == {"v": torch.__version__, "cuda": torch.version.cuda, "imported": False}
+
+
+def test_version_file_assignments_are_read_literally() -> None:
+    source = (
+        "from typing import Optional\n"
+        "__version__ = '2.13.0+cpu'\n"
+        "cuda: Optional[str] = None\n"
+        "git_version = compute()\n"
+    )
+    assert _assignments(source) == {"__version__": "2.13.0+cpu", "cuda": None}

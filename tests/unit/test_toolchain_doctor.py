@@ -1,0 +1,164 @@
+"""`kernelpack doctor`: the toolchain, and a package's plan, against fake nvcc and torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import NVCC_12_4, install_nvcc, install_torch
+
+from kernelpack import toolchain
+from kernelpack.cli import main
+
+MANIFEST = """\
+[rmsnorm]
+sources = ["csrc/rmsnorm.cu"]
+arch = ["9.0a"]
+
+[flash_moe]
+sources = ["csrc/moe.cu"]
+arch = "10.0a"
+abi = "stable"
+"""
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """nvcc 12.4 (no sm_100a) with a torch built for CUDA 12.4; returns an empty folder."""
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-default-cuda")
+    bindir = install_nvcc(tmp_path / "toolkit", NVCC_12_4)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("PYTHONPATH", str(install_torch(tmp_path / "torch", "2.6.0+cu124", "12.4")))
+    monkeypatch.setenv("KERNELPACK_LAUNCHER", "none")
+    for var in ("CUDA_HOME", "CUDA_PATH", "KERNELPACK_KERNELS", "KERNELPACK_REQUIRE"):
+        monkeypatch.delenv(var, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+@pytest.fixture
+def package(machine: Path) -> Path:
+    folder = machine / "demo"
+    for source in ("rmsnorm/csrc/rmsnorm.cu", "flash_moe/csrc/moe.cu"):
+        (folder / source).parent.mkdir(parents=True)
+        (folder / source).write_text("// kernel\n")
+    (folder / "kernels.toml").write_text(MANIFEST)
+    return folder
+
+
+def doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = main(["doctor", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_json_carries_nvcc_and_torch_versions(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = doctor_json(capsys, str(package))
+    assert code == 0
+    assert report["toolchain"]["nvcc_version"] == "12.4.131"
+    assert report["toolchain"]["torch"] == "2.6.0"
+    assert report["toolchain"]["torch_cuda"] == "12.4"
+    assert report["package"] == "demo"
+
+
+def test_json_carries_each_kernels_decision(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, report = doctor_json(capsys, str(package))
+    assert report["kernels"]["rmsnorm"] == {
+        "decision": "build",
+        "reason": None,
+        "abi": "torch",
+        "archs": ["9.0a"],
+        "gencode": ["-gencode=arch=compute_90a,code=sm_90a"],
+        "cxx_std": 17,
+    }
+    assert report["kernels"]["flash_moe"]["decision"] == "skip"
+    assert report["kernels"]["flash_moe"]["reason"] == {
+        "code": "arch-unsupported",
+        "message": "nvcc 12.4 cannot build sm_100a",
+    }
+
+
+def test_prints_plan_table_with_skip_reason(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", str(package)]) == 0
+    out = capsys.readouterr().out
+    assert "12.4.131" in out
+    assert "1 to build, 1 skipped" in out
+    assert "arch-unsupported: nvcc 12.4 cannot build sm_100a" in out
+
+
+def test_without_a_package_still_prints_the_toolchain(
+    machine: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "12.4.131" in out
+    assert "No kernel package" in out
+
+
+def test_without_a_package_json_has_no_kernels(
+    machine: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = doctor_json(capsys)
+    assert code == 0
+    assert report["package"] is None and report["kernels"] == {}
+    assert report["toolchain"]["cuda"] == "12.4"
+
+
+def test_explicit_path_without_a_package_exits_2_after_the_toolchain(
+    machine: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", str(machine / "nowhere")]) == 2
+    captured = capsys.readouterr()
+    assert "12.4.131" in captured.out
+    assert captured.err.count("\n") == 1 and "does not exist" in captured.err
+
+
+def test_invalid_manifest_is_a_one_line_error(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (package / "kernels.toml").write_text(
+        '[rmsnorm]\nsources = ["csrc/rmsnorm.cu"]\narch = "9.5"\n'
+    )
+    assert main(["doctor", str(package)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[rmsnorm].arch" in err
+
+
+def test_require_with_a_skip_exits_2_listing_it(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DEMO_KERNELS_REQUIRE", "1")
+    code, report = doctor_json(capsys, str(package))
+    assert code == 2
+    assert report["problems"] == [
+        "required kernels would be skipped (1): "
+        "flash_moe: arch-unsupported, nvcc 12.4 cannot build sm_100a"
+    ]
+
+
+def test_selection_from_environment_marks_others_not_selected(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KERNELPACK_KERNELS", "flash_moe")
+    _, report = doctor_json(capsys, str(package))
+    assert report["kernels"]["rmsnorm"]["reason"]["code"] == "not-selected"
+
+
+def test_no_nvcc_reports_missing_and_skips_every_kernel(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    code, report = doctor_json(capsys, str(package))
+    assert code == 0
+    assert report["toolchain"]["nvcc_missing"]["code"] == "nvcc-missing"
+    reasons = {k["reason"]["code"] for k in report["kernels"].values()}
+    assert reasons == {"nvcc-missing"}

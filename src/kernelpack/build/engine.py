@@ -44,6 +44,8 @@ __all__ = [
     "compile_plan",
     "install_inplace",
     "library_name",
+    "plan_project",
+    "project_version",
     "python_floor",
     "sources_sha256",
 ]
@@ -223,6 +225,31 @@ def python_floor(project: Project) -> tuple[int, int]:
     return floor
 
 
+def plan_project(
+    project: Project,
+    *,
+    kernels: frozenset[str] | None = None,
+    require: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BuildPlan:
+    """Detect the toolchain and plan `project` (env selection, overridden by the arguments)."""
+    from kernelpack import plan, toolchain
+
+    env = dict(os.environ if environ is None else environ)
+    selection = Selection.from_env(project.env_prefix, env)
+    if kernels is not None:
+        selection = replace(selection, kernels=kernels, origin="--kernels")
+    if require is not None:
+        selection = replace(selection, require=require)
+    manifest = project.load_manifest(allow_missing_sources=True)
+    return plan.plan(manifest, toolchain.detect(env), selection)
+
+
+def project_version(project: Project, plan: BuildPlan) -> str:
+    """The version a build of `project` carries: `0.3.0+cu130stable2.10`."""
+    return f"{project.version}+{plan.version_tag()}"
+
+
 def build_project(
     project: Project,
     *,
@@ -233,18 +260,12 @@ def build_project(
     environ: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
 ) -> BuildResult:
-    """Detect the toolchain, plan (env selection, overridden by `kernels`/`require`) and
-    compile `project`'s kernels. Nothing is installed: see `install_inplace` and the wheel."""
-    from kernelpack import deps, plan, toolchain
+    """Plan and compile `project`'s kernels. Nothing is installed: see `install_inplace`
+    and `kernelpack.build.wheel`."""
+    from kernelpack import deps
 
     env = dict(os.environ if environ is None else environ)
-    selection = Selection.from_env(project.env_prefix, env)
-    if kernels is not None:
-        selection = replace(selection, kernels=kernels, origin="--kernels")
-    if require is not None:
-        selection = replace(selection, require=require)
-    manifest = project.load_manifest(allow_missing_sources=True)
-    decided = plan.plan(manifest, toolchain.detect(env), selection)
+    decided = plan_project(project, kernels=kernels, require=require, environ=env)
     dep_dirs = {
         k.name: tuple(d for name in k.spec.depends for d in deps.resolve(name, project, env))
         for k in decided.to_build
@@ -252,7 +273,7 @@ def build_project(
     options = BuildOptions(
         root=project.root,
         build_dir=build_dir or build_dir_for(project),
-        version=f"{project.version}+{decided.version_tag()}",
+        version=project_version(project, decided),
         jobs=jobs,
         python_floor=python_floor(project),
         dep_include_dirs=dep_dirs,

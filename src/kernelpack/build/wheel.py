@@ -104,8 +104,46 @@ def metadata_text(project: Project, version: str) -> str:
         raw["description_content_type"] = (
             "text/markdown" if readme.endswith(".md") else "text/plain"
         )
-    message = Metadata.from_raw(raw).as_rfc822()
-    return message.as_string()
+    Metadata.from_raw(raw)  # validates every field (raises InvalidMetadata)
+    return _render(raw)
+
+
+# Core-metadata field names, in the order they are written.
+_FIELDS = (
+    ("metadata_version", "Metadata-Version"),
+    ("name", "Name"),
+    ("version", "Version"),
+    ("summary", "Summary"),
+    ("keywords", "Keywords"),
+    ("classifiers", "Classifier"),
+    ("project_urls", "Project-URL"),
+    ("requires_python", "Requires-Python"),
+    ("requires_dist", "Requires-Dist"),
+    ("provides_extra", "Provides-Extra"),
+    ("description_content_type", "Description-Content-Type"),
+)
+
+
+def _render(raw: RawMetadata) -> str:
+    data: dict[str, Any] = dict(raw)
+    lines = []
+    for key, field_name in _FIELDS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if key == "keywords":
+            lines.append(f"{field_name}: {','.join(value)}")
+        elif key == "project_urls":
+            lines += [f"{field_name}: {label}, {url}" for label, url in value.items()]
+        elif isinstance(value, list):
+            lines += [f"{field_name}: {item}" for item in value]
+        else:
+            lines.append(f"{field_name}: {value}")
+    text = "\n".join(lines) + "\n"
+    description = data.get("description")
+    if description:
+        text += "\n" + str(description)
+    return text
 
 
 def _project_table(project: Project) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""PEP 517 / PEP 660 build backend: `build-backend = "kernelpack.build.backend"`.
+
+The hooks run in the project folder (the current directory). Building needs the torch the
+kernels compile against, so build with `--no-build-isolation` (`pip wheel
+--no-build-isolation .`, `pip install --no-build-isolation -e .`, `uv pip install
+--no-build-isolation -e .`): an isolated build environment has no torch.
+
+`config_settings` (`pip … -C kernels=a,b -C require=1 -C jobs=4`) select kernels like the
+CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelpack.build import engine
+from kernelpack.build.sdist import write_sdist
+from kernelpack.build.wheel import wheel_tag, write_dist_info, write_wheel
+from kernelpack.errors import UsageError
+from kernelpack.project import Project, locate
+
+__all__ = [
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable",
+    "prepare_metadata_for_build_wheel",
+]
+
+ConfigSettings = dict[str, Any] | None
+
+#: What building a wheel needs besides the build-system requirements (torch and nvcc are
+#: the machine's own: build without isolation).
+_WHEEL_REQUIRES = ["kernelpack", "ninja>=1.11"]
+
+
+def _project() -> Project:
+    return locate(Path.cwd())
+
+
+def _selection(config: ConfigSettings) -> dict[str, Any]:
+    config = config or {}
+    options: dict[str, Any] = {}
+    kernels = config.get("kernels")
+    if isinstance(kernels, str):
+        options["kernels"] = frozenset(k.strip() for k in kernels.split(",") if k.strip())
+    require = config.get("require")
+    if isinstance(require, str):
+        options["require"] = require.strip().lower() in ("1", "true", "yes", "on")
+    jobs = config.get("jobs")
+    if isinstance(jobs, str):
+        if not jobs.isdigit() or int(jobs) < 1:
+            raise UsageError(f"config setting jobs={jobs}: expected a positive integer")
+        options["jobs"] = int(jobs)
+    return options
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
+    """kernelpack and ninja (torch and nvcc come from the machine: no isolation)."""
+    return list(_WHEEL_REQUIRES)
+
+
+def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
+    """As for a wheel."""
+    return list(_WHEEL_REQUIRES)
+
+
+def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list[str]:
+    """Nothing: an sdist compiles nothing."""
+    return []
+
+
+def _prepare_metadata(metadata_directory: str, config_settings: ConfigSettings) -> str:
+    project = _project()
+    options = _selection(config_settings)
+    options.pop("jobs", None)
+    plan = engine.plan_project(project, **options)
+    version = engine.project_version(project, plan)
+    tag = wheel_tag(plan, engine.python_floor(project))
+    return write_dist_info(project, version, Path(metadata_directory), tag)
+
+
+def prepare_metadata_for_build_wheel(
+    metadata_directory: str, config_settings: ConfigSettings = None
+) -> str:
+    """Write `<dist>-<version>.dist-info` (the version carries the ABI tag); no compile."""
+    return _prepare_metadata(metadata_directory, config_settings)
+
+
+def prepare_metadata_for_build_editable(
+    metadata_directory: str, config_settings: ConfigSettings = None
+) -> str:
+    """As for a wheel."""
+    return _prepare_metadata(metadata_directory, config_settings)
+
+
+def build_wheel(
+    wheel_directory: str,
+    config_settings: ConfigSettings = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """Compile every planned kernel and write the wheel; return its file name."""
+    project = _project()
+    result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+    return write_wheel(project, result, Path(wheel_directory)).name
+
+
+def build_editable(
+    wheel_directory: str,
+    config_settings: ConfigSettings = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """PEP 660: compile in place (libraries and record into the source tree) and return a
+    wheel whose `.pth` puts the source tree on `sys.path`."""
+    project = _project()
+    result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+    engine.install_inplace(result)
+    path = write_wheel(
+        project, result, Path(wheel_directory), editable_path=project.package_dir.parent
+    )
+    return path.name
+
+
+def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
+    """Write `<name>-<version>.tar.gz` with the sources and PKG-INFO; return its file name."""
+    return write_sdist(_project(), Path(sdist_directory)).name

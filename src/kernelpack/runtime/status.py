@@ -1,0 +1,69 @@
+"""`PackageStatus`: a package's kernels as `kernelpack status` and tools see them.
+
+The same facts as `status()`, plus what the build record says of each kernel (archs, ABI), in
+DESIGN's JSON shape: `{"package", "version", "kernels": {name: {"available", "reason", "archs",
+"abi"}}}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kernelpack.reason import Reason
+from kernelpack.runtime.registry import Registry
+
+__all__ = ["KernelStatus", "PackageStatus"]
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """One kernel: usable here or not (with its reason), and what it was built for."""
+
+    name: str
+    reason: Reason | None
+    archs: tuple[str, ...]
+    abi: str | None
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "reason": self.reason.to_json() if self.reason is not None else None,
+            "archs": list(self.archs),
+            "abi": self.abi,
+        }
+
+
+@dataclass(frozen=True)
+class PackageStatus:
+    """Every kernel of a package, from its registry."""
+
+    package: str
+    version: str | None
+    kernels: tuple[KernelStatus, ...]
+
+    @classmethod
+    def of(cls, registry: Registry) -> PackageStatus:
+        """Ask `registry` about every kernel its build record lists."""
+        record = registry.record
+        if record is None:
+            return cls(registry.package, None, ())
+        return cls(
+            package=registry.package,
+            version=record.version,
+            kernels=tuple(
+                KernelStatus(name, registry.unavailable_reason(name), kernel.archs, kernel.abi)
+                for name, kernel in record.kernels.items()
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "version": self.version,
+            "kernels": {kernel.name: kernel.to_json() for kernel in self.kernels},
+        }

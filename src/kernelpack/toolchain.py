@@ -12,10 +12,15 @@ Environment variables read by `detect()`:
   forces one. Default: `sccache`, else `ccache`, when on PATH.
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
   may use, capped by available memory at about 3 GiB per nvcc job, at least 1.
+- `XDG_CACHE_HOME` (default `~/.cache`): the torch facts of this interpreter are cached in
+  `kernelpack/torch-<key>.json` below it, keyed by the interpreter, `PYTHONPATH` and the
+  modification times of torch's `__init__.py` and `version.py` (a reinstall invalidates it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.machinery
 import json
 import os
 import platform
@@ -48,6 +53,7 @@ _EXEC_RE = re.compile(r"^\s*exec\s+(.+)$")
 _NVCC_VERSION_RE = re.compile(r"release\s+(\d+\.\d+)(?:,\s*V(\d+(?:\.\d+)+))?")
 _TARGET_RE = re.compile(r"\b(?:sm|compute)_\d+[af]?\b")
 _FACTS_MARKER = "KERNELPACK_FACTS="
+_CACHE_SCHEMA = 1
 
 # Runs in the interpreter the package is built for. Importing torch does not initialise
 # CUDA; `torch.version.cuda` and the ABI flag are compile-time constants.
@@ -145,7 +151,7 @@ def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None
     """
     env = dict(environ)
     nvcc = _nvcc(env)
-    torch = _torch_facts(python or sys.executable, env)
+    torch = _cached_torch_facts(env) if python is None else _torch_facts(python, env)
     torch_info = torch.get("torch")
     torch_version = torch_cuda = None
     cxx11_abi = None
@@ -295,6 +301,46 @@ def _nvcc_version(text: str) -> Version | None:
     if match is None:
         return None
     return _version(match.group(2) or match.group(1))
+
+
+def _cached_torch_facts(env: dict[str, str]) -> dict[str, Any]:
+    """This interpreter's torch facts, from the cache while torch's files are unchanged."""
+    path = _cache_path(env)
+    if path is not None:
+        try:
+            cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        else:
+            return cached
+    facts = _torch_facts(sys.executable, env)
+    if path is not None and "torch" in facts:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            temp.write_text(json.dumps(facts), encoding="utf-8")
+            os.replace(temp, path)
+        except OSError:
+            pass
+    return facts
+
+
+def _cache_path(env: dict[str, str]) -> Path | None:
+    # The probe's sys.path is PYTHONPATH, then this interpreter's own entries.
+    extra = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    spec = importlib.machinery.PathFinder.find_spec("torch", [*extra, *sys.path])
+    if spec is None or spec.origin is None:
+        return None
+    init = Path(spec.origin)
+    stamps = [
+        f"{file}:{file.stat().st_mtime_ns}"
+        for file in (init, init.parent / "version.py")
+        if file.is_file()
+    ]
+    key = json.dumps([_CACHE_SCHEMA, sys.executable, env.get("PYTHONPATH", ""), *stamps])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or Path.home(), ".cache")
+    return Path(base) / "kernelpack" / f"torch-{digest}.json"
 
 
 def _torch_facts(python: str, env: dict[str, str]) -> dict[str, Any]:

@@ -20,8 +20,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def real() -> Toolchain:
+def real(tmp_path_factory: pytest.TempPathFactory) -> Toolchain:
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))  # probe torch for real
     return detect(environ)
 
 

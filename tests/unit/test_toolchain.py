@@ -28,15 +28,18 @@ SYSTEM_PATH = "/usr/bin:/bin"
 
 
 @pytest.fixture(autouse=True)
-def no_default_toolkit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """This machine has a real /usr/local/cuda; tests see only the toolkits they install."""
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This machine has a real /usr/local/cuda; tests see only the toolkits they install,
+    and cache torch facts in their own folder."""
     monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-default-cuda")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def environ(*path: Path, site: Path | None = None, **extra: str) -> dict[str, str]:
     env = {
         "PATH": os.pathsep.join([*(str(p) for p in path), SYSTEM_PATH]),
         "HOME": os.environ.get("HOME", "/tmp"),
+        "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"],
         "KERNELPACK_LAUNCHER": "none",
     }
     if site is not None:
@@ -169,6 +172,29 @@ def test_finds_nvidia_wheel_include_dirs(tmp_path: Path) -> None:
     found = detect(environ(site=site)).nvidia_include_dirs
     ours = [d for d in found if site in d.parents]
     assert ours == [site / "nvidia" / "cu13" / "include", site / "nvidia" / "cudnn" / "include"]
+
+
+def test_reuses_cached_torch_facts_while_torch_is_unchanged(tmp_path: Path) -> None:
+    env = environ(site=install_torch(tmp_path, "2.14.1+cu130", "13.0"))
+    detect(env)
+    (cached,) = (tmp_path / "cache" / "kernelpack").glob("torch-*.json")
+    cached.write_text(cached.read_text().replace("2.14.1+cu130", "2.14.9+cu130"))
+    assert detect(env).torch_version == Version("2.14.9")
+
+
+def test_reinstalled_torch_is_probed_again(tmp_path: Path) -> None:
+    site = install_torch(tmp_path, "2.14.1+cu130", "13.0")
+    detect(environ(site=site))
+    init = site / "torch" / "__init__.py"
+    install_torch(tmp_path, "2.13.0+cpu", None)
+    stamp = init.stat().st_mtime_ns + 10**9
+    os.utime(init, ns=(stamp, stamp))
+    assert detect(environ(site=site)).torch_version == Version("2.13.0")
+
+
+def test_missing_torch_is_not_cached(tmp_path: Path) -> None:
+    detect(environ(site=install_torch(tmp_path, missing=True)))
+    assert not list((tmp_path / "cache").rglob("torch-*.json"))
 
 
 # --- launcher and jobs ---------------------------------------------------------------------------

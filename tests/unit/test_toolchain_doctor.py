@@ -32,6 +32,7 @@ def machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     monkeypatch.setenv("PYTHONPATH", str(install_torch(tmp_path / "torch", "2.6.0+cu124", "12.4")))
     monkeypatch.setenv("KERNELPACK_LAUNCHER", "none")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for var in ("CUDA_HOME", "CUDA_PATH", "KERNELPACK_KERNELS", "KERNELPACK_REQUIRE"):
         monkeypatch.delenv(var, raising=False)
     work = tmp_path / "work"

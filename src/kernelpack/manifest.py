@@ -124,7 +124,6 @@ KERNEL_KEYS = (
 )
 
 _CXX_STDS = (17, 20, 23)
-_CXX_STD_EXPECTED = "expected one of 17, 20, 23 (an integer)"
 _MIN_STABLE_TARGET = Version("2.10")
 # Kernel names that would shadow the package's runtime API (`pkg.load` is a function; a
 # subpackage `pkg/load/` would replace it on import).
@@ -193,84 +192,16 @@ def _kernel(context: _Context, name: str, value: object) -> KernelSpec:
             kernel=name,
             expected=f"expected a [{name}] table (a kernel) with sources and arch",
         )
-    if not name.isidentifier() or not name.isascii():
-        raise ManifestError(
-            context.shown,
-            "the kernel name is not a Python identifier",
-            kernel=name,
-            expected="expected a name such as rmsnorm (it names the kernel's folder and module)",
-        )
-    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-        raise ManifestError(
-            context.shown,
-            "the kernel name is a Python keyword",
-            kernel=name,
-            expected="expected a name that is not a keyword (e.g. add a suffix)",
-        )
-    if name in _RESERVED_NAMES:
-        raise ManifestError(
-            context.shown,
-            f"the kernel name shadows the package's {name}",
-            kernel=name,
-            expected=f"expected a name other than {', '.join(sorted(_RESERVED_NAMES))}",
-        )
+    _check_name(context.shown, name)
     table = Table(context.shown, name, value)
     table.check_keys(KERNEL_KEYS)
     folder = context.package_dir / name
-
-    ops = table.string("ops", expected="a torch.ops namespace such as llm_ops_rmsnorm")
-    if ops is None:
-        ops = f"{context.package}_{name}"
-    elif not _C_IDENTIFIER_RE.fullmatch(ops):
-        raise table.error("ops", f'"{ops}" is not an identifier', "expected e.g. llm_ops_rmsnorm")
-
-    arch = table.arch("arch")
-    if arch is None:
-        arch = context.settings.arch
+    arch = table.arch("arch") or context.settings.arch
     if arch is None:
         raise table.error(
             "arch", "is missing", 'expected e.g. arch = "9.0a" (or a default in [tool.kernelpack])'
         )
-
     abi = table.choice("abi", ("torch", "stable")) or context.settings.abi or "torch"
-    stable_target = table.version("stable-target", example="2.10")
-    if stable_target is not None and stable_target < _MIN_STABLE_TARGET:
-        raise table.error(
-            "stable-target",
-            f'"{stable_target}" is below the oldest stable ABI target',
-            'expected "2.10" or later',
-        )
-
-    cxx_std = table.data.get("cxx-std")
-    if cxx_std is not None and (
-        isinstance(cxx_std, bool) or not isinstance(cxx_std, int) or cxx_std not in _CXX_STDS
-    ):
-        raise table.error(
-            "cxx-std",
-            f"got {describe(cxx_std)}",
-            f"expected one of {', '.join(map(str, _CXX_STDS))}",
-        )
-
-    depends = table.strings("depends", expected="dependency names")
-    known = known_deps(context.settings)
-    for dep in depends:
-        if dep not in known:
-            close = difflib.get_close_matches(dep, sorted(known), n=1)
-            hint = f'did you mean "{close[0]}"? ' if close else ""
-            raise table.error(
-                "depends",
-                f'unknown dependency "{dep}"',
-                f"{hint}expected one of {', '.join(sorted(known))} "
-                "or a name added in [tool.kernelpack.deps]",
-            )
-
-    libraries = table.strings("libraries", expected="library names such as cublas")
-    for library in libraries:
-        if not _LIBRARY_RE.fullmatch(library):
-            raise table.error(
-                "libraries", f'"{library}" is not a library name', "expected e.g. cublas"
-            )
-
     missing: list[tuple[str, str]] = []
     sources = _sources(context, table, folder, missing)
     include_dirs = _include_dirs(context, table, folder, missing)
@@ -285,24 +216,106 @@ def _kernel(context: _Context, name: str, value: object) -> KernelSpec:
     return KernelSpec(
         name=name,
         folder=folder,
-        ops=ops,
+        ops=_ops(table, context.package),
         sources=sources,
         arch=arch,
         abi=cast(Abi, abi),
         description=table.string("description") or "",
         include_dirs=include_dirs,
-        cxx_std=cxx_std,
-        stable_target=stable_target or _STABLE_TARGET_DEFAULT,
+        cxx_std=_cxx_std(table),
+        stable_target=_stable_target(table),
         ptx=bool(table.boolean("ptx")),
         min_cuda=table.version("min-cuda", example="12.8"),
         platforms=table.platforms("platforms"),
-        depends=tuple(dict.fromkeys(depends)),
+        depends=_depends(table, context.settings),
         nvcc_flags=table.strings("nvcc-flags", expected="nvcc flags"),
         cxx_flags=table.strings("cxx-flags", expected="C++ compiler flags"),
         defines=_defines(table),
-        libraries=tuple(dict.fromkeys(libraries)),
+        libraries=_libraries(table),
         missing_sources=missing_sources,
     )
+
+
+def _check_name(shown: str, name: str) -> None:
+    """A kernel name is its folder and module: an importable identifier."""
+    if not name.isidentifier() or not name.isascii():
+        raise ManifestError(
+            shown,
+            "the kernel name is not a Python identifier",
+            kernel=name,
+            expected="expected a name such as rmsnorm (it names the kernel's folder and module)",
+        )
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise ManifestError(
+            shown,
+            "the kernel name is a Python keyword",
+            kernel=name,
+            expected="expected a name that is not a keyword (e.g. add a suffix)",
+        )
+    if name in _RESERVED_NAMES:
+        raise ManifestError(
+            shown,
+            f"the kernel name shadows the package's {name}",
+            kernel=name,
+            expected=f"expected a name other than {', '.join(sorted(_RESERVED_NAMES))}",
+        )
+
+
+def _ops(table: Table, package: str) -> str:
+    ops = table.string("ops", expected="a torch.ops namespace such as llm_ops_rmsnorm")
+    if ops is None:
+        return f"{package}_{table.name}"
+    if not _C_IDENTIFIER_RE.fullmatch(ops):
+        raise table.error("ops", f'"{ops}" is not an identifier', "expected e.g. llm_ops_rmsnorm")
+    return ops
+
+
+def _stable_target(table: Table) -> Version:
+    target = table.version("stable-target", example="2.10")
+    if target is None:
+        return _STABLE_TARGET_DEFAULT
+    if target < _MIN_STABLE_TARGET:
+        raise table.error(
+            "stable-target",
+            f'"{target}" is below the oldest stable ABI target',
+            f'expected "{_MIN_STABLE_TARGET}" or later',
+        )
+    return target
+
+
+def _cxx_std(table: Table) -> int | None:
+    value = table.data.get("cxx-std")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _CXX_STDS:
+        expected = f"expected one of {', '.join(map(str, _CXX_STDS))}"
+        raise table.error("cxx-std", f"got {describe(value)}", expected)
+    return value
+
+
+def _depends(table: Table, settings: Settings) -> tuple[str, ...]:
+    depends = table.strings("depends", expected="dependency names")
+    known = sorted(known_deps(settings))
+    for dep in depends:
+        if dep not in known:
+            close = difflib.get_close_matches(dep, known, n=1)
+            hint = f'did you mean "{close[0]}"? ' if close else ""
+            raise table.error(
+                "depends",
+                f'unknown dependency "{dep}"',
+                f"{hint}expected one of {', '.join(known)} or a name in [tool.kernelpack.deps]",
+            )
+    return tuple(dict.fromkeys(depends))
+
+
+def _libraries(table: Table) -> tuple[str, ...]:
+    libraries = table.strings("libraries", expected="library names such as cublas")
+    for library in libraries:
+        if not _LIBRARY_RE.fullmatch(library):
+            raise table.error(
+                "libraries", f'"{library}" is not a library name', "expected e.g. cublas"
+            )
+    return tuple(dict.fromkeys(libraries))
 
 
 def _missing_error(table: Table, missing: tuple[str, str]) -> ManifestError:

@@ -1,0 +1,175 @@
+// torch ops for RMSNorm, through the LibTorch stable ABI (no C++ torch symbol is linked).
+#include <kernelpack/ops.h>
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "rmsnorm.h"
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+using llm_ops::rmsnorm::DType;
+
+DType dtype_of(const Tensor& t) {
+  switch (t.scalar_type()) {
+    case ScalarType::Float:
+      return DType::kFloat32;
+    case ScalarType::Half:
+      return DType::kFloat16;
+    case ScalarType::BFloat16:
+      return DType::kBFloat16;
+    default:
+      STD_TORCH_CHECK(false, "rmsnorm: dtype must be float32, float16 or bfloat16");
+  }
+  return DType::kFloat32;
+}
+
+cudaStream_t current_stream(const Tensor& t) {
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+// The input's shape without its last dimension: the shape of rstd.
+std::vector<int64_t> row_shape(const Tensor& x) {
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) {
+    shape.push_back(x.size(d));
+  }
+  return shape;
+}
+
+void check_row_input(const Tensor& t, const Tensor& x, const char* name) {
+  STD_TORCH_CHECK(t.is_cuda(), "rmsnorm: ", name, " must be a CUDA tensor");
+  STD_TORCH_CHECK(t.is_contiguous(), "rmsnorm: ", name, " must be contiguous");
+  STD_TORCH_CHECK(t.scalar_type() == x.scalar_type(), "rmsnorm: ", name,
+                  " must have the dtype of x");
+  STD_TORCH_CHECK(t.get_device_index() == x.get_device_index(), "rmsnorm: ", name,
+                  " must be on the device of x");
+}
+
+// Checks shared by forward and backward; returns the hidden size.
+int64_t check_inputs(const Tensor& x, const Tensor& w) {
+  STD_TORCH_CHECK(x.dim() >= 1, "rmsnorm: x must have at least one dimension");
+  check_row_input(x, x, "x");
+  dtype_of(x);
+  const int64_t hidden = x.size(x.dim() - 1);
+  STD_TORCH_CHECK(hidden >= 1 && hidden <= llm_ops::rmsnorm::kMaxHidden,
+                  "rmsnorm: hidden size must be in [1, ", llm_ops::rmsnorm::kMaxHidden,
+                  "], got ", hidden);
+  check_row_input(w, x, "weight");
+  STD_TORCH_CHECK(w.dim() == 1 && w.size(0) == hidden,
+                  "rmsnorm: weight must have shape [hidden] = [", hidden, "]");
+  return hidden;
+}
+
+void check_same_shape(const Tensor& t, const Tensor& x, const char* name) {
+  STD_TORCH_CHECK(t.dim() == x.dim(), "rmsnorm: ", name, " must have the shape of x");
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    STD_TORCH_CHECK(t.size(d) == x.size(d), "rmsnorm: ", name, " must have the shape of x");
+  }
+}
+
+std::tuple<Tensor, Tensor, Tensor> forward_impl(const Tensor& x,
+                                                const std::optional<Tensor>& residual,
+                                                const Tensor& w, double eps) {
+  const int64_t hidden = check_inputs(x, w);
+  if (residual.has_value()) {
+    check_row_input(*residual, x, "residual");
+    check_same_shape(*residual, x, "residual");
+  }
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  Tensor y = torch::stable::empty_like(x);
+  Tensor h = residual.has_value() ? torch::stable::empty_like(x) : Tensor();
+  Tensor rstd = torch::stable::new_empty(x, row_shape(x), ScalarType::Float);
+  llm_ops::rmsnorm::ForwardArgs args{
+      dtype_of(x),
+      y.mutable_data_ptr(),
+      residual.has_value() ? h.mutable_data_ptr() : nullptr,
+      static_cast<float*>(rstd.mutable_data_ptr()),
+      x.const_data_ptr(),
+      residual.has_value() ? residual->const_data_ptr() : nullptr,
+      w.const_data_ptr(),
+      x.numel() / hidden,
+      hidden,
+      static_cast<float>(eps)};
+  const char* err = llm_ops::rmsnorm::launch_forward(args, current_stream(x));
+  STD_TORCH_CHECK(err == nullptr, "rmsnorm forward: CUDA error: ", err);
+  return {y, h, rstd};
+}
+
+std::tuple<Tensor, Tensor> forward(Tensor x, Tensor weight, double eps) {
+  auto [y, h, rstd] = forward_impl(x, std::nullopt, weight, eps);
+  return {y, rstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> forward_residual(Tensor x, Tensor residual, Tensor weight,
+                                                    double eps) {
+  return forward_impl(x, residual, weight, eps);
+}
+
+std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor rstd,
+                                    std::optional<Tensor> dresidual) {
+  const int64_t hidden = check_inputs(x, weight);
+  check_row_input(dy, x, "grad");
+  check_same_shape(dy, x, "grad");
+  if (dresidual.has_value()) {
+    check_row_input(*dresidual, x, "residual grad");
+    check_same_shape(*dresidual, x, "residual grad");
+  }
+  const int64_t rows = x.numel() / hidden;
+  STD_TORCH_CHECK(rstd.scalar_type() == ScalarType::Float && rstd.is_contiguous() &&
+                      rstd.numel() == rows,
+                  "rmsnorm backward: rstd must be a contiguous float32 tensor of ", rows,
+                  " elements");
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  Tensor dx = torch::stable::empty_like(x);
+  Tensor dw = torch::stable::empty_like(weight);
+  llm_ops::rmsnorm::BackwardArgs args{
+      dtype_of(x),
+      dx.mutable_data_ptr(),
+      dw.mutable_data_ptr(),
+      dy.const_data_ptr(),
+      x.const_data_ptr(),
+      weight.const_data_ptr(),
+      static_cast<const float*>(rstd.const_data_ptr()),
+      dresidual.has_value() ? dresidual->const_data_ptr() : nullptr,
+      rows,
+      hidden};
+  const int partials = llm_ops::rmsnorm::backward_partials(args, x.get_device_index());
+  Tensor workspace = torch::stable::new_empty(x, {partials, hidden}, ScalarType::Float);
+  const char* err = llm_ops::rmsnorm::launch_backward(
+      args, static_cast<float*>(workspace.mutable_data_ptr()), partials, current_stream(x));
+  STD_TORCH_CHECK(err == nullptr, "rmsnorm backward: CUDA error: ", err);
+  return {dx, dw};
+}
+
+}  // namespace
+
+KP_STABLE_LIBRARY(m) {
+  m.def("forward(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
+  m.def(
+      "forward_residual(Tensor x, Tensor residual, Tensor weight, float eps)"
+      " -> (Tensor y, Tensor new_residual, Tensor rstd)");
+  m.def(
+      "backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd, Tensor? residual_grad)"
+      " -> (Tensor grad_x, Tensor grad_weight)");
+}
+
+KP_STABLE_LIBRARY_IMPL(CUDA, m) {
+  m.impl("forward", TORCH_BOX(&forward));
+  m.impl("forward_residual", TORCH_BOX(&forward_residual));
+  m.impl("backward", TORCH_BOX(&backward));
+}

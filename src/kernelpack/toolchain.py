@@ -233,7 +233,10 @@ def _probe_nvcc(nvcc: Path, cuda_home: Path | None, env: dict[str, str]) -> _Nvc
             missing=_missing(f"{nvcc} --version failed or printed no CUDA release"),
         )
     if cuda_home is None:
+        # A wrapper we could not read through (e.g. `exec "$(dirname "$0")/…/nvcc"`).
         cuda_home = _ask_toolkit_root(nvcc, env)
+        if cuda_home is not None and _is_executable(cuda_home / "bin" / "nvcc"):
+            nvcc = cuda_home / "bin" / "nvcc"
     targets: set[str] = set()
     # --list-gpu-* print only the base archs (sm_90, not sm_90a); the allowed values of
     # --gpu-code in --help include the arch-specific and family variants.

@@ -71,6 +71,17 @@ def test_resolves_cuda_home_through_symlink(tmp_path: Path, torch_site: Path) ->
     assert detect(environ(links, site=torch_site)).cuda_home == tmp_path / "cuda-12.4"
 
 
+def test_asks_nvcc_dry_run_for_a_wrapper_it_cannot_read(tmp_path: Path, torch_site: Path) -> None:
+    install_nvcc(tmp_path, NVCC_12_4, wrapper=False)
+    opaque = tmp_path / "opaque"
+    opaque.mkdir()
+    (opaque / "nvcc").write_text('#!/bin/sh\nexec "$(dirname "$0")/../cuda-12.4/bin/nvcc" "$@"\n')
+    (opaque / "nvcc").chmod(0o755)
+    found = detect(environ(opaque, site=torch_site))
+    assert found.cuda_home == tmp_path / "cuda-12.4"
+    assert found.nvcc == tmp_path / "cuda-12.4" / "bin" / "nvcc"
+
+
 def test_cuda_home_variable_wins_over_path(tmp_path: Path, torch_site: Path) -> None:
     on_path = install_nvcc(tmp_path / "a", NVCC_12_4)
     install_nvcc(tmp_path / "b", NVCC_13_0)

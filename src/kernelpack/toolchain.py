@@ -147,7 +147,8 @@ def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None
     """Inspect this machine (nvcc, CUDA_HOME, torch, launcher, cores, memory).
 
     `python` is the interpreter whose torch the kernels are built against (default: this
-    one). Raises `UsageError` only for a malformed `KERNELPACK_JOBS` or `KERNELPACK_LAUNCHER`.
+    one, whose torch facts are cached; see the module docstring). Raises `UsageError` only
+    for a malformed `KERNELPACK_JOBS` or `KERNELPACK_LAUNCHER`.
     """
     env = dict(environ)
     nvcc = _nvcc(env)
@@ -311,10 +312,10 @@ def _cached_torch_facts(env: dict[str, str]) -> dict[str, Any]:
     path = _cache_path(env)
     if path is not None:
         try:
-            cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            cached = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            pass
-        else:
+            cached = None
+        if isinstance(cached, dict) and isinstance(cached.get("torch"), dict):
             return cached
     facts = _torch_facts(sys.executable, env)
     if path is not None and "torch" in facts:

@@ -352,6 +352,9 @@ def _torch_facts(python: str, env: dict[str, str]) -> dict[str, Any]:
         proc = subprocess.run(
             [python, "-c", _TORCH_PROBE],
             env=env,
+            # `-c` puts the working folder first on sys.path: run where no `torch/` can shadow.
+            cwd=os.path.dirname(shutil.which(python) or python) or None,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=_TIMEOUT_S,

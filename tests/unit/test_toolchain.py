@@ -169,6 +169,14 @@ def test_broken_torch_reports_its_import_error(tmp_path: Path) -> None:
     assert found.torch_missing == "import torch failed: ImportError: libcudart.so.13: nope"
 
 
+def test_torch_folder_in_working_directory_does_not_shadow_torch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_site: Path
+) -> None:
+    install_torch(tmp_path / "cwd", import_error="shadowed")
+    monkeypatch.chdir(tmp_path / "cwd" / "site")
+    assert detect(environ(site=torch_site)).torch_missing is None
+
+
 def test_unrunnable_python_is_torch_missing(tmp_path: Path) -> None:
     found = detect(environ(), python=str(tmp_path / "no-python"))
     assert found.torch_missing is not None and "could not run" in found.torch_missing

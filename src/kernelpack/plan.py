@@ -1,13 +1,16 @@
 """The build plan: for each kernel, build (with exact flags) or skip (with a `Reason`).
 
-Pure: `plan()` takes a `Manifest`, a `Toolchain` and a `Selection` and does no I/O.
+Pure: `plan()` and `decide()` take a `Manifest`, a `Toolchain` and a `Selection` and do
+no I/O.
 
 A kernel is skipped, checking in this order, when it is `not-selected`, its sources are
 missing (`sources-missing`), this platform is excluded (`platform-excluded`), there is no
 nvcc (`nvcc-missing`), nvcc's CUDA major differs from torch's (`cuda-mismatch`), nvcc is
 older than its `min-cuda` (`cuda-too-old`), or nvcc cannot build one of its archs
-(`arch-unsupported`). Settings that cannot work at all (C++17 against torch 2.14's ATen
-headers) and skips under `require` are a `PlanError`, raised before anything is compiled.
+(`arch-unsupported`). What makes the decisions impossible to carry out, `BuildPlan.problems()`
+(skips under `require`, kernels to build without torch, C++17 against torch 2.14's ATen
+headers), is a `PlanError` from `plan()`, raised before anything is compiled; `decide()`
+returns the decisions without raising, for reports.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ class Toolchain:
     nvcc_version: Version | None
     """e.g. Version("13.0.88")."""
     nvcc_targets: frozenset[str]
-    """Everything `nvcc --list-gpu-code` and `--list-gpu-arch` print: sm_90a, compute_90a…"""
+    """Everything `nvcc --list-gpu-code` and `--list-gpu-arch` print (sm_90, compute_90),
+    plus the arch-specific and family codes `nvcc --help` allows (sm_90a, sm_100f)."""
     torch_version: Version | None
     """torch's release without the local part: Version("2.14.1")."""
     torch_cuda: Version | None

@@ -165,6 +165,13 @@ def test_skips_kernel_when_nvcc_cannot_build_arch() -> None:
     assert skip == Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a")
 
 
+def test_skips_family_arch_when_nvcc_predates_family_codes() -> None:
+    spec = make_spec("gemm", ["10.0f"])
+    toolchain = make_toolchain(nvcc=NVCC_12_8, torch_cuda=Version("12.8"))
+    skip = plan(make_manifest(spec), toolchain).kernel("gemm").skip
+    assert skip == Reason("arch-unsupported", "nvcc 12.8 cannot build sm_100f")
+
+
 def test_builds_sm100a_with_nvcc_13() -> None:
     spec = make_spec("flash_moe", ["10.0a"])
     assert plan(make_manifest(spec), make_toolchain(nvcc=NVCC_13_0)).kernel("flash_moe").build

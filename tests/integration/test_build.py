@@ -1,0 +1,287 @@
+"""The build engine with the real nvcc (CPU only): one graph, incremental, cached, atomic.
+
+The test package `packages/kpdemo` has a stable-ABI kernel (`scale`) and a classic one
+(`addone`). It is compiled once per session (`built`); tests that change files work on a
+copy of that built tree (`tree`), which the graph's relative paths keep valid, and every
+compile goes through a private ccache so copies and fresh clones hit it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from kernelpack.build import engine
+from kernelpack.build.engine import BuildResult
+from kernelpack.cli import main
+from kernelpack.errors import BuildError, PlanError
+from kernelpack.project import Project, locate
+from kernelpack.record import BuildRecord
+
+pytestmark = pytest.mark.integration
+
+PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
+CUOBJDUMP_PARTS = ("triton", "backends", "nvidia", "bin", "cuobjdump")
+# Mangled names in torch's C++ namespaces: c10::, at::, torch:: (also const members: _ZNK).
+TORCH_CXX_SYMBOL = re.compile(r"^_ZN?K?\d*(3c10|2at|5torch)")
+
+
+def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
+    env["CCACHE_DIR"] = str(ccache_dir)
+    env.update(extra)
+    return env
+
+
+def _build(root: Path, env: dict[str, str], **options: object) -> BuildResult:
+    result = engine.build_project(locate(root), environ=env, **options)  # type: ignore[arg-type]
+    engine.install_inplace(result)
+    return result
+
+
+def _compiled(result: BuildResult) -> set[str]:
+    return {step.output for step in result.compiled}
+
+
+@pytest.fixture(scope="session")
+def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp() / "kp-ccache"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, BuildResult]:
+    """kpdemo copied out of the source tree and built in place once (cold ccache)."""
+    root = tmp_path_factory.mktemp("built") / "kpdemo"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    return root, _build(root, _env(ccache_dir))
+
+
+@pytest.fixture
+def tree(built: tuple[Path, BuildResult], tmp_path: Path) -> Path:
+    """A private copy of the built tree (sources, build folder and libraries, mtimes kept)."""
+    root = tmp_path / "kpdemo"
+    shutil.copytree(built[0], root, symlinks=True)
+    return root
+
+
+def _add_to_addone(manifest: Path, line: str) -> None:
+    """Add a key to the `[addone]` table of a copied manifest."""
+    sources = 'sources = ["csrc/addone.cu"'
+    manifest.write_text(manifest.read_text().replace(sources, f"{line}\n{sources}"))
+
+
+def _project(root: Path) -> Project:
+    return locate(root)
+
+
+def _library(root: Path, kernel: str) -> Path:
+    (path,) = (root / "kpdemo" / kernel).glob("_C*.so")
+    return path
+
+
+def _cuobjdump() -> Path:
+    import triton
+
+    path = Path(triton.__file__).parent.joinpath(*CUOBJDUMP_PARTS[1:])
+    if not path.is_file():
+        pytest.skip("triton's cuobjdump is not installed")
+    return path
+
+
+def _undefined_symbols(library: Path) -> set[str]:
+    with library.open("rb") as fh:
+        dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        return {sym.name for sym in dynsym.iter_symbols() if sym["st_shndx"] == "SHN_UNDEF"}
+
+
+# --- what one build produces -------------------------------------------------------------
+
+
+def test_builds_stable_and_classic_kernel_for_sm_90a(built: tuple[Path, BuildResult]) -> None:
+    root, result = built
+    record = result.record
+    assert {name: k.status for name, k in record.kernels.items()} == {
+        "scale": "built",
+        "addone": "built",
+    }
+    assert record.kernels["scale"].archs == ("9.0a",)
+    assert _library(root, "scale").name == "_C.abi3.so"
+    assert _library(root, "addone").name.startswith("_C.cpython-")
+
+
+def test_both_kernels_compile_in_one_ninja_graph(built: tuple[Path, BuildResult]) -> None:
+    root, _ = built
+    graph = (root / "build" / "kernelpack" / "build.ninja").read_text()
+    assert "lib/scale/_C.abi3.so" in graph
+    assert "lib/addone/_C.cpython-" in graph
+
+
+@pytest.mark.parametrize("kernel", ["scale", "addone"])
+def test_library_holds_sm_90a_cubin_and_no_ptx(
+    built: tuple[Path, BuildResult], kernel: str
+) -> None:
+    library = _library(built[0], kernel)
+    cuobjdump = _cuobjdump()
+    elves = subprocess.run(
+        [cuobjdump, "--list-elf", library], capture_output=True, text=True, check=True
+    ).stdout
+    ptx = subprocess.run([cuobjdump, "--list-ptx", library], capture_output=True, text=True)
+    assert "sm_90a" in elves
+    assert ".ptx" not in ptx.stdout
+
+
+def test_stable_library_needs_no_cxx_torch_symbol(built: tuple[Path, BuildResult]) -> None:
+    undefined = _undefined_symbols(_library(built[0], "scale"))
+    assert sorted(s for s in undefined if TORCH_CXX_SYMBOL.match(s)) == []
+    assert any(s.startswith(("aoti_torch_", "torch_")) for s in undefined)
+
+
+def test_classic_library_does_need_cxx_torch_symbols(built: tuple[Path, BuildResult]) -> None:
+    # The control for the check above: the same pattern finds ATen's C++ symbols here.
+    undefined = _undefined_symbols(_library(built[0], "addone"))
+    assert any(TORCH_CXX_SYMBOL.match(s) for s in undefined)
+
+
+def test_generated_module_init_makes_c_importable(built: tuple[Path, BuildResult]) -> None:
+    for kernel in ("scale", "addone"):
+        with _library(built[0], kernel).open("rb") as fh:
+            dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+            assert dynsym.get_symbol_by_name("PyInit__C"), kernel
+
+
+def test_build_record_is_written_into_the_package(built: tuple[Path, BuildResult]) -> None:
+    root, result = built
+    record = BuildRecord.read(root / "kpdemo" / "_kernelpack.json")
+    assert record == result.record
+    assert record.version == "0.3.0+" + result.plan.version_tag()
+    scale = record.kernels["scale"]
+    assert (scale.abi, scale.stable_target, scale.namespace) == ("stable", "2.10", "kpdemo_scale")
+    assert scale.library == "scale/_C.abi3.so"
+    assert re.fullmatch(r"[0-9a-f]{64}", scale.sources_sha256 or "")
+
+
+# --- incremental rebuilds ----------------------------------------------------------------
+
+
+def test_noop_rebuild_compiles_nothing(tree: Path, ccache_dir: Path) -> None:
+    result = _build(tree, _env(ccache_dir))
+    assert result.steps == ()
+
+
+def test_touching_one_source_recompiles_only_that_kernel(tree: Path, ccache_dir: Path) -> None:
+    (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()
+    result = _build(tree, _env(ccache_dir))
+    assert _compiled(result) == {"obj/scale/scale/csrc/scale.cu.o"}
+
+
+def test_header_edit_rebuilds_its_includer(tree: Path, ccache_dir: Path) -> None:
+    header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
+    header.write_text(header.read_text().replace("256", "128"))
+    result = _build(tree, _env(ccache_dir))
+    assert _compiled(result) == {"obj/scale/scale/csrc/scale.cu.o"}
+
+
+def test_flag_change_rebuilds_that_kernel(tree: Path, ccache_dir: Path) -> None:
+    manifest = tree / "kpdemo" / "kernels.toml"
+    _add_to_addone(manifest, 'defines = { KPDEMO_FLAG_TEST = "1" }')
+    result = _build(tree, _env(ccache_dir))
+    assert {o.split("/")[1] for o in _compiled(result)} == {"addone"}
+
+
+def test_unchanged_library_is_not_reinstalled(tree: Path, ccache_dir: Path) -> None:
+    before = _library(tree, "addone").stat().st_mtime_ns
+    (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()
+    _build(tree, _env(ccache_dir))
+    assert _library(tree, "addone").stat().st_mtime_ns == before
+
+
+def test_fresh_clone_in_another_folder_hits_the_cache(tmp_path: Path, ccache_dir: Path) -> None:
+    clone = tmp_path / "elsewhere" / "clone"
+    shutil.copytree(PACKAGE, clone, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    env = _env(ccache_dir)
+    project = _project(clone)
+    plan = engine.plan_project(project, environ=env)
+    if plan.toolchain.launcher is None or "ccache" not in plan.toolchain.launcher.name:
+        pytest.skip("ccache is not installed")
+    subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
+    built_result = _build(clone, env)
+    stats = dict(
+        line.split("\t")
+        for line in subprocess.run(
+            ["ccache", "--print-stats"], env=env, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    )
+    hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
+    assert int(stats["cache_miss"]) == 0
+    assert hits == len(built_result.compiled) > 0
+
+
+# --- selection -----------------------------------------------------------------------------
+
+
+def test_subset_variable_builds_only_the_named_kernel(tree: Path, ccache_dir: Path) -> None:
+    result = _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+    addone = result.record.kernels["addone"]
+    assert addone.reason is not None and addone.reason.code == "not-selected"
+    assert result.libraries.keys() == {"scale"}
+
+
+def test_unbuildable_kernel_is_recorded_as_skipped_with_its_reason(
+    tree: Path, ccache_dir: Path
+) -> None:
+    _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
+    result = _build(tree, _env(ccache_dir))
+    record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
+    reason = record.kernels["addone"].reason
+    assert reason is not None and reason.code == "cuda-too-old"
+    assert result.libraries.keys() == {"scale"}
+
+
+def test_require_variable_turns_a_skip_into_an_error(tree: Path, ccache_dir: Path) -> None:
+    _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
+    with pytest.raises(PlanError, match="addone"):
+        _build(tree, _env(ccache_dir, KPDEMO_KERNELS_REQUIRE="1"))
+
+
+def test_all_stable_selection_carries_the_stable_version_tag(tree: Path, ccache_dir: Path) -> None:
+    result = _build(tree, _env(ccache_dir, KERNELPACK_KERNELS="scale"))
+    assert result.record.version == "0.3.0+cu130stable2.10"
+
+
+# --- failures ------------------------------------------------------------------------------
+
+
+def test_compile_error_keeps_the_previous_library(tree: Path, ccache_dir: Path) -> None:
+    library = _library(tree, "scale")
+    before = library.read_bytes()
+    source = tree / "kpdemo" / "scale" / "csrc" / "scale.cu"
+    source.write_text(source.read_text() + "\nthis is not C++;\n")
+    with pytest.raises(BuildError, match=r"kernel 'scale'.*failed to compile.*error"):
+        _build(tree, _env(ccache_dir))
+    assert library.read_bytes() == before
+
+
+def test_cli_compile_error_exits_1_showing_nvcc_message(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    source = tree / "kpdemo" / "scale" / "csrc" / "scale.cu"
+    source.write_text(source.read_text() + "\nint broken = undefined_name;\n")
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    code = main(["build", str(tree), "--inplace"])
+    err = capfd.readouterr().err
+    assert code == 1
+    assert 'identifier "undefined_name" is undefined' in err
+
+
+def test_cli_inplace_noop_prints_nothing_to_do(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    assert main(["build", str(tree), "--inplace"]) == 0
+    assert "nothing to do" in capfd.readouterr().err

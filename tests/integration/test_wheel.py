@@ -1,0 +1,252 @@
+"""Wheels, sdists and the PEP 517/660 backend, with real builds and real installers.
+
+A fresh venv reuses this interpreter's packages (torch, kernelpack) through a `.pth` that
+adds its site-packages, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kernelpack.build import backend, engine
+from kernelpack.build.engine import BuildResult
+from kernelpack.build.wheel import write_wheel
+from kernelpack.project import locate
+
+pytestmark = pytest.mark.integration
+
+PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
+PIP = (sys.executable, "-m", "pip")
+EDITABLE = ("--no-build-isolation", "-e")
+IGNORE = shutil.ignore_patterns("build", "dist", "*.so", "_kernel*", "__pycache__")
+
+
+def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
+    env["CCACHE_DIR"] = str(ccache_dir)
+    env.update(extra)
+    return env
+
+
+def _copy(destination: Path) -> Path:
+    shutil.copytree(PACKAGE, destination, ignore=IGNORE)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp() / "kp-ccache"
+
+
+@pytest.fixture(scope="session")
+def project_root(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
+    """kpdemo, copied and compiled once (its build folder then serves every wheel)."""
+    root = _copy(tmp_path_factory.mktemp("wheelsrc") / "kpdemo")
+    engine.build_project(locate(root), environ=_env(ccache_dir))
+    return root
+
+
+def _wheel(root: Path, ccache_dir: Path, out: Path, **env: str) -> tuple[Path, BuildResult]:
+    project = locate(root)
+    result = engine.build_project(project, environ=_env(ccache_dir, **env))
+    return write_wheel(project, result, out), result
+
+
+@pytest.fixture(scope="session")
+def classic_wheel(
+    project_root: Path, ccache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    return _wheel(project_root, ccache_dir, tmp_path_factory.mktemp("dist"))[0]
+
+
+@pytest.fixture(scope="session")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv that sees this interpreter's site-packages (torch, kernelpack, ninja)."""
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    purelib = subprocess.run(
+        [
+            venv / "bin" / "python",
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return venv
+
+
+def _names(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.namelist()
+
+
+def _metadata_version(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        text = zf.read(name).decode()
+    return next(line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Version:"))
+
+
+def _run_in(venv: Path, code: str, cwd: Path) -> str:
+    return subprocess.run(
+        [venv / "bin" / "python", "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+
+
+# --- the wheel -----------------------------------------------------------------------------
+
+
+def test_classic_wheel_is_tagged_for_this_cpython(classic_wheel: Path) -> None:
+    assert classic_wheel.name.endswith("-cp311-cp311-linux_x86_64.whl")
+    assert "+cu130torch2.14.1-" in classic_wheel.name
+
+
+def test_wheel_version_in_file_name_equals_metadata(classic_wheel: Path) -> None:
+    assert classic_wheel.name.split("-")[1] == _metadata_version(classic_wheel)
+
+
+def test_wheel_holds_python_files_libraries_and_record(classic_wheel: Path) -> None:
+    names = _names(classic_wheel)
+    assert "kpdemo/__init__.py" in names
+    assert "kpdemo/scale/__init__.py" in names
+    assert "kpdemo/scale/_C.abi3.so" in names
+    assert any(n.startswith("kpdemo/addone/_C.cpython-311") for n in names)
+    assert "kpdemo/_kernelpack.json" in names
+
+
+def test_wheel_holds_no_sources(classic_wheel: Path) -> None:
+    names = _names(classic_wheel)
+    assert [n for n in names if "csrc" in n or n.endswith((".cu", ".cpp", ".h", ".c"))] == []
+
+
+def test_all_stable_wheel_is_abi3_with_the_stable_tag(
+    project_root: Path, ccache_dir: Path, tmp_path: Path
+) -> None:
+    wheel, _ = _wheel(project_root, ccache_dir, tmp_path, KPDEMO_KERNELS="scale")
+    assert wheel.name == "kpdemo-0.3.0+cu130stable2.10-cp310-abi3-linux_x86_64.whl"
+    assert _metadata_version(wheel) == "0.3.0+cu130stable2.10"
+    assert not any(n.startswith("kpdemo/addone/_C") for n in _names(wheel))
+
+
+def test_wheel_installs_into_a_fresh_venv_and_imports(
+    classic_wheel: Path, fresh_venv: Path, tmp_path: Path
+) -> None:
+    pip = [fresh_venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps"]
+    subprocess.run([*pip, "--force-reinstall", classic_wheel], check=True)
+    out = _run_in(
+        fresh_venv,
+        "import json, torch, kpdemo.scale, kpdemo.addone, importlib.resources as r;"
+        "print(json.loads(r.files('kpdemo').joinpath('_kernelpack.json').read_text())['version']);"
+        "print(torch.ops.kpdemo_scale.scale, torch.ops.kpdemo_addone.addone)",
+        cwd=tmp_path,
+    )
+    assert "0.3.0+cu130torch2.14.1" in out
+    assert "kpdemo_scale.scale" in out
+
+
+# --- the backend through real front ends ---------------------------------------------------
+
+
+def test_pip_wheel_without_build_isolation(
+    project_root: Path, ccache_dir: Path, tmp_path: Path
+) -> None:
+    subprocess.run(
+        [*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path, project_root],
+        env=_env(ccache_dir),
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    assert wheel.name.startswith("kpdemo-0.3.0+cu130torch2.14.1-cp311-cp311-")
+
+
+def test_pip_install_editable_compiles_in_place(
+    ccache_dir: Path, fresh_venv: Path, tmp_path: Path
+) -> None:
+    root = _copy(tmp_path / "kpdemo")
+    subprocess.run(
+        [fresh_venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", *EDITABLE, root],
+        env=_env(ccache_dir),
+        check=True,
+    )
+    out = _run_in(fresh_venv, "import kpdemo.scale as s; print(s._C.__file__)", cwd=tmp_path)
+    assert out.strip() == str(root / "kpdemo" / "scale" / "_C.abi3.so")
+    assert (root / "kpdemo" / "_kernelpack.json").is_file()
+
+
+def test_uv_pip_install_editable(ccache_dir: Path, fresh_venv: Path, tmp_path: Path) -> None:
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(uv).is_file():
+        pytest.skip("uv is not installed")
+    root = _copy(tmp_path / "kpdemo")
+    python = fresh_venv / "bin" / "python"
+    subprocess.run(
+        [uv, "pip", "install", "--offline", "--no-deps", *EDITABLE, root, "--python", python],
+        env=_env(ccache_dir),
+        check=True,
+        capture_output=True,
+    )
+    out = _run_in(fresh_venv, "import kpdemo.addone as a; print(a._C.__file__)", cwd=tmp_path)
+    assert out.strip().startswith(str(root / "kpdemo" / "addone" / "_C.cpython-311"))
+
+
+# --- sdist and hooks -----------------------------------------------------------------------
+
+
+def test_sdist_holds_the_sources_and_pkg_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _copy(tmp_path / "kpdemo")
+    monkeypatch.chdir(root)
+    name = backend.build_sdist(str(tmp_path / "sdist"))
+    with tarfile.open(tmp_path / "sdist" / name) as tar:
+        members = tar.getnames()
+    assert name == "kpdemo-0.3.0.tar.gz"
+    assert "kpdemo-0.3.0/PKG-INFO" in members
+    assert "kpdemo-0.3.0/kpdemo/scale/csrc/scale.cu" in members
+    assert "kpdemo-0.3.0/pyproject.toml" in members
+
+
+def test_prepare_metadata_matches_the_built_wheel_version(
+    project_root: Path, classic_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project_root)
+    for var in [v for v in os.environ if v.startswith(("KPDEMO_", "KERNELPACK_"))]:
+        monkeypatch.delenv(var)
+    info = backend.prepare_metadata_for_build_wheel(str(tmp_path))
+    text = (tmp_path / info / "METADATA").read_text()
+    assert f"Version: {_metadata_version(classic_wheel)}" in text
+
+
+def test_build_requirements_are_kernelpack_and_ninja() -> None:
+    names = [r.split(">")[0].split("=")[0] for r in backend.get_requires_for_build_wheel()]
+    assert names == ["kernelpack", "ninja"]
+    assert backend.get_requires_for_build_sdist() == []
+
+
+def test_wheel_record_lists_every_file(classic_wheel: Path) -> None:
+    with zipfile.ZipFile(classic_wheel) as zf:
+        (record,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
+        listed = {line.split(",")[0] for line in zf.read(record).decode().splitlines()}
+        assert listed == set(zf.namelist())
+
+
+def test_record_in_wheel_is_the_build_record(classic_wheel: Path) -> None:
+    with zipfile.ZipFile(classic_wheel) as zf:
+        data = json.loads(zf.read("kpdemo/_kernelpack.json"))
+    assert data["schema"] == 1
+    assert data["version"] == _metadata_version(classic_wheel)
+    assert set(data["kernels"]) == {"scale", "addone"}

@@ -5,14 +5,15 @@ Bazel runs the test's main, a one-line stub calling `main()`, with the arguments
 
 - maps Bazel's test protocol onto pytest: `XML_OUTPUT_FILE` -> `--junitxml`,
   `--test_filter` (`TESTBRIDGE_TEST_ONLY`) -> `-k`; the read-only runfiles -> no cache;
-- with `--prefer-built=PKG`, makes `import PKG` find the built copy of PKG (the one holding
-  the build record `_kernelpack.json`, installed in the image) rather than the sources Bazel
+- with `--prefer-built=PKG`, imports PKG from its built copy (the one holding the build
+  record `_kernelpack.json`, installed in the image) rather than from the sources Bazel
   staged, which have no native modules. Without a built copy it changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -35,10 +36,12 @@ def built_copy(package: str, search_path: Sequence[str]) -> Path | None:
 
 
 def shadow_with_built(packages: Sequence[str], scratch: Path) -> list[str]:
-    """Put the built copy of each package first on `sys.path`; return those it moved.
+    """Import each package from its built copy; return the packages it found built.
 
     Only the named packages move: each gets a link `scratch/<package>` to its built copy,
-    and `scratch` goes first on `sys.path`, so every other module resolves as before.
+    `scratch` goes first on `sys.path`, and the package is imported at once, so the
+    folders pytest later puts in front of `sys.path` (its rootdir, Bazel's runfiles root)
+    cannot shadow it. Every other module resolves as before.
     """
     moved = []
     for package in packages:
@@ -51,6 +54,11 @@ def shadow_with_built(packages: Sequence[str], scratch: Path) -> list[str]:
         moved.append(package)
     if moved and str(scratch) not in sys.path:
         sys.path.insert(0, str(scratch))
+    for package in moved:
+        try:
+            importlib.import_module(package)
+        except Exception as exc:  # pytest reports the import error again, with its traceback
+            print(f"kernelpack: importing the built {package} failed: {exc!r}", file=sys.stderr)
     return moved
 
 

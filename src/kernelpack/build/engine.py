@@ -231,9 +231,12 @@ def plan_project(
     kernels: frozenset[str] | None = None,
     require: bool | None = None,
     environ: Mapping[str, str] | None = None,
+    build_dir: Path | None = None,
 ) -> BuildPlan:
-    """Detect the toolchain and plan `project` (env selection, overridden by the arguments)."""
-    from kernelpack import plan, toolchain
+    """Detect the toolchain (cached in the build folder, see `toolcache`) and plan `project`
+    (env selection, overridden by the arguments)."""
+    from kernelpack import plan
+    from kernelpack.build import toolcache
 
     env = dict(os.environ if environ is None else environ)
     selection = Selection.from_env(project.env_prefix, env)
@@ -242,7 +245,8 @@ def plan_project(
     if require is not None:
         selection = replace(selection, require=require)
     manifest = project.load_manifest(allow_missing_sources=True)
-    return plan.plan(manifest, toolchain.detect(env), selection)
+    found = toolcache.detect(env, build_dir or build_dir_for(project))
+    return plan.plan(manifest, found, selection)
 
 
 def project_version(project: Project, plan: BuildPlan) -> str:
@@ -265,14 +269,17 @@ def build_project(
     from kernelpack import deps
 
     env = dict(os.environ if environ is None else environ)
-    decided = plan_project(project, kernels=kernels, require=require, environ=env)
+    build_dir = build_dir or build_dir_for(project)
+    decided = plan_project(
+        project, kernels=kernels, require=require, environ=env, build_dir=build_dir
+    )
     dep_dirs = {
         k.name: tuple(d for name in k.spec.depends for d in deps.resolve(name, project, env))
         for k in decided.to_build
     }
     options = BuildOptions(
         root=project.root,
-        build_dir=build_dir or build_dir_for(project),
+        build_dir=build_dir,
         version=project_version(project, decided),
         jobs=jobs,
         python_floor=python_floor(project),

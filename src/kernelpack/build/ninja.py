@@ -50,14 +50,23 @@ class NinjaResult:
 
 
 def ninja_binary() -> str:
-    """The ninja executable: the `ninja` package's, else one on PATH."""
+    """The ninja executable: the `ninja` package's, else one on PATH.
+
+    The package's binary sits in the scripts folder of the environment it was installed
+    into, which `ninja.BIN_DIR` misses when that environment is reached through a `.pth`
+    from another one; look there too, so one build tree is never run by two ninja versions
+    (their `.ninja_log` command hashes differ, which would rebuild everything).
+    """
     try:
         import ninja  # the PyPI package
 
-        candidate = Path(ninja.BIN_DIR) / "ninja"
-        if candidate.is_file():
-            return str(candidate)
-    except ImportError:
+        folders = [Path(ninja.BIN_DIR)] if ninja.BIN_DIR else []
+        # <env>/lib/pythonX.Y/site-packages/ninja/__init__.py -> <env>/bin
+        folders.append(Path(ninja.__file__).resolve().parents[4] / "bin")
+        for folder in folders:
+            if (folder / "ninja").is_file():
+                return str(folder / "ninja")
+    except (ImportError, IndexError):
         pass
     found = shutil.which("ninja")
     if found is None:
@@ -116,7 +125,7 @@ def run(
                 continue
             failure = _FAILED_RE.match(line)
             if failure:
-                failed = failure.group(1)
+                failed = failure.group(1).strip()
             if live:
                 stream.write("\r\033[K")
             captured.append(line)

@@ -1,0 +1,3 @@
+"""Elementwise `axpy` (benchmark kernel)."""
+
+from . import _C  # noqa: F401

@@ -1,0 +1,3 @@
+"""Elementwise `lerp` (benchmark kernel)."""
+
+from . import _C  # noqa: F401

@@ -1,0 +1,3 @@
+"""Elementwise `relu_mul` (benchmark kernel)."""
+
+from . import _C  # noqa: F401

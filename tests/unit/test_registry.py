@@ -366,6 +366,21 @@ def test_load_failed_demangles_the_missing_symbol(root: Path) -> None:
     assert "undefined symbol: c10::gone(int)" in reason.message
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to link a .so")
+def test_truncated_so_is_load_failed_instead_of_a_crash(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package, library="k/_C.so")})
+    library = root / package / "k" / "_C.so"
+    source = root / "whole.cpp"
+    source.write_text("int table[100000] = {1};\nint get(int i) { return table[i]; }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    with library.open("r+b") as fh:
+        fh.truncate(library.stat().st_size // 2)
+    reason = registry(package).unavailable_reason("k")
+    assert reason is not None and reason.code == "load-failed"
+    assert reason.message.startswith(f"{library} is truncated (")
+
+
 def test_load_failed_when_the_recorded_library_is_missing(root: Path) -> None:
     package = unique_name()
     make_package(root, package, {"k": built("k", package, library="k/_C.abi3.so")})

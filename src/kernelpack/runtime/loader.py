@@ -14,7 +14,9 @@ another library.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import struct
 import sys
 import threading
 from pathlib import Path
@@ -22,7 +24,7 @@ from types import ModuleType
 
 from kernelpack.reason import Reason
 
-__all__ = ["demangle", "import_kernel", "ops_in_namespace"]
+__all__ = ["demangle", "elf_problem", "import_kernel", "ops_in_namespace"]
 
 _lock = threading.RLock()
 _outcomes: dict[str, ModuleType | Reason] = {}
@@ -50,6 +52,53 @@ def _registered_at(op: str) -> str | None:
 
     match = re.search(r"registered at (\S+)", torch._C._dispatch_dump(op))
     return match.group(1) if match else None
+
+
+_PT_LOAD = 1
+
+
+def elf_problem(path: Path) -> str | None:
+    """Why `path` cannot be a whole ELF library, or None (including when it is no ELF at all:
+    dlopen says best what that is).
+
+    Checked before dlopen because a truncated library is not an error there: the loader maps
+    pages past the end of the file, and the first touch kills the process with SIGBUS. Reads
+    only the headers (the runtime does not depend on pyelftools, a test-time dependency).
+    """
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            header = fh.read(64)
+            if len(header) < 52 or header[:4] != b"\x7fELF":
+                return None
+            wide, order = header[4] == 2, "<" if header[5] == 1 else ">"
+            if wide:
+                phoff, shoff = struct.unpack_from(f"{order}QQ", header, 32)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 54)
+            else:
+                phoff, shoff = struct.unpack_from(f"{order}II", header, 28)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 42)
+            # The section table usually ends the file: any truncation cuts it.
+            needed = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+    except OSError as exc:
+        return f"{path} cannot be read: {exc}"
+    if len(table) == phentsize * phnum:
+        for entry in range(phnum):
+            at = entry * phentsize
+            if struct.unpack_from(f"{order}I", table, at)[0] != _PT_LOAD:
+                continue
+            if wide:
+                (offset,) = struct.unpack_from(f"{order}Q", table, at + 8)
+                (filesz,) = struct.unpack_from(f"{order}Q", table, at + 32)
+            else:
+                (offset,) = struct.unpack_from(f"{order}I", table, at + 4)
+                (filesz,) = struct.unpack_from(f"{order}I", table, at + 16)
+            needed = max(needed, offset + filesz)
+    if size < needed:
+        return f"{path} is truncated ({size} bytes; its ELF headers need {needed})"
+    return None
 
 
 def demangle(text: str) -> str:
@@ -134,11 +183,15 @@ def _import(
     loaded = sys.modules.get(module)
     if loaded is not None:
         return loaded
-    if library is not None and not library.exists():
-        return Reason(
-            "load-failed",
-            f"{library} is missing (the build record lists it); rebuild or reinstall; {hint}",
-        )
+    if library is not None:
+        if not library.exists():
+            return Reason(
+                "load-failed",
+                f"{library} is missing (the build record lists it); rebuild or reinstall; {hint}",
+            )
+        problem = elf_problem(library)
+        if problem is not None:
+            return Reason("load-failed", f"{problem}; rebuild or reinstall; {hint}")
     if namespace and check_namespace:
         ops = ops_in_namespace(namespace)
         if ops:

@@ -330,6 +330,21 @@ def test_second_library_in_one_namespace_is_namespace_collision(demo: Path, riva
     )
 
 
+def test_importing_the_rival_directly_aborts_the_process(demo: Path, rival: Path) -> None:
+    # Why the registry checks the namespace before the dlopen: torch's registration throws
+    # from a static initialiser, and nothing can catch that.
+    environ = _clean_env(PYTHONPATH=os.pathsep.join([str(demo), str(rival), str(SRC)]))
+    out = subprocess.run(
+        [sys.executable, "-c", "import kpdemo.scale, kprival.scale"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == -6  # SIGABRT
+    assert "with the same name and overload name multiple times" in out.stderr
+
+
 def test_the_first_library_loaded_owns_the_namespace(demo: Path, rival: Path) -> None:
     result = python(
         FAKE_H200.format(driver="13.0", name="NVIDIA H200")

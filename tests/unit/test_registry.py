@@ -515,6 +515,22 @@ def test_concurrent_callers_import_the_kernel_once(root: Path) -> None:
     assert imports - before == 1
 
 
+def test_kernel_module_may_read_the_record_from_another_thread_while_loading(root: Path) -> None:
+    package = unique_name()
+    init = (
+        "import threading\n"
+        "from kernelpack.runtime import registry_for\n"
+        "seen = []\n"
+        "reader = threading.Thread(target=lambda: seen.append(registry_for(__name__.rpartition"
+        "('.')[0]).record))\n"
+        "reader.start()\n"
+        "reader.join(timeout=10)\n"
+        "assert seen, 'the record was not readable while the kernel loaded'\n"
+    )
+    make_package(root, package, {"k": built("k", package)}, kernel_init=init)
+    assert registry(package).unavailable_reason("k") is None
+
+
 def test_log_status_logs_once(root: Path, caplog: pytest.LogCaptureFixture) -> None:
     package = unique_name()
     make_package(

@@ -26,7 +26,8 @@ from kernelpack.reason import Reason
 
 __all__ = ["demangle", "elf_problem", "import_kernel", "ops_in_namespace"]
 
-_lock = threading.RLock()
+_locks_lock = threading.Lock()
+_locks: dict[str, threading.RLock] = {}
 _outcomes: dict[str, ModuleType | Reason] = {}
 
 _MANGLED = re.compile(r"\b_Z[A-Za-z0-9_$.]+")
@@ -159,7 +160,9 @@ def import_kernel(
     foreign ops first when `check_namespace` (False when a sibling kernel sharing it is loaded).
     `hint` ("built for …, running …") ends a `load-failed` message.
     """
-    with _lock:
+    with _locks_lock:
+        lock = _locks.setdefault(module, threading.RLock())
+    with lock:  # one lock per module: loading one kernel never waits for another
         outcome = _outcomes.get(module)
         if outcome is None:
             outcome = _outcomes[module] = _import(

@@ -89,6 +89,9 @@ class Registry:
         self._probe = probe
         self._read_torch = read_torch or torchinfo.read_torch
         self._lock = threading.RLock()
+        # Kernel modules read the record while they are imported (under `_lock`, or in
+        # another thread): the record has its own lock, never held across an import.
+        self._record_lock = threading.Lock()
         self._record: BuildRecord | None = None
         self._record_problem: str | None = None
         self._loaded_record = False
@@ -126,7 +129,7 @@ class Registry:
     @property
     def record(self) -> BuildRecord | None:
         """The build record, or None when there is none (see `record_problem`)."""
-        with self._lock:
+        with self._record_lock:
             if not self._loaded_record:
                 self._record, self._record_problem = self._read_record()
                 self._loaded_record = True

@@ -17,7 +17,7 @@ __global__ void lerp_kernel(const T* x, const T* y, T* out, float a, int64_t n) 
   }
 }
 
-at::Tensor lerp(const at::Tensor& x, const at::Tensor& y, double a) {
+at::Tensor lerp_op(const at::Tensor& x, const at::Tensor& y, double a) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.sizes() == y.sizes(), "lerp: bad input");
   TORCH_CHECK(x.scalar_type() == at::kFloat && y.scalar_type() == at::kFloat, "lerp: float32");
   at::Tensor out = at::empty_like(x);
@@ -35,4 +35,4 @@ at::Tensor lerp(const at::Tensor& x, const at::Tensor& y, double a) {
 
 KP_LIBRARY(m) { m.def("lerp(Tensor x, Tensor y, float a) -> Tensor"); }
 
-KP_LIBRARY_IMPL(CUDA, m) { m.impl("lerp", &lerp); }
+KP_LIBRARY_IMPL(CUDA, m) { m.impl("lerp", &lerp_op); }

@@ -17,7 +17,7 @@ __global__ void relu_mul_kernel(const T* x, const T* y, T* out, float a, int64_t
   }
 }
 
-at::Tensor relu_mul(const at::Tensor& x, const at::Tensor& y, double a) {
+at::Tensor relu_mul_op(const at::Tensor& x, const at::Tensor& y, double a) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.sizes() == y.sizes(), "relu_mul: bad input");
   TORCH_CHECK(x.scalar_type() == at::kFloat && y.scalar_type() == at::kFloat, "relu_mul: float32");
   at::Tensor out = at::empty_like(x);
@@ -35,4 +35,4 @@ at::Tensor relu_mul(const at::Tensor& x, const at::Tensor& y, double a) {
 
 KP_LIBRARY(m) { m.def("relu_mul(Tensor x, Tensor y, float a) -> Tensor"); }
 
-KP_LIBRARY_IMPL(CUDA, m) { m.impl("relu_mul", &relu_mul); }
+KP_LIBRARY_IMPL(CUDA, m) { m.impl("relu_mul", &relu_mul_op); }

@@ -17,7 +17,7 @@ __global__ void sq_diff_kernel(const T* x, const T* y, T* out, float a, int64_t 
   }
 }
 
-at::Tensor sq_diff(const at::Tensor& x, const at::Tensor& y, double a) {
+at::Tensor sq_diff_op(const at::Tensor& x, const at::Tensor& y, double a) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.sizes() == y.sizes(), "sq_diff: bad input");
   TORCH_CHECK(x.scalar_type() == at::kFloat && y.scalar_type() == at::kFloat, "sq_diff: float32");
   at::Tensor out = at::empty_like(x);
@@ -35,4 +35,4 @@ at::Tensor sq_diff(const at::Tensor& x, const at::Tensor& y, double a) {
 
 KP_LIBRARY(m) { m.def("sq_diff(Tensor x, Tensor y, float a) -> Tensor"); }
 
-KP_LIBRARY_IMPL(CUDA, m) { m.impl("sq_diff", &sq_diff); }
+KP_LIBRARY_IMPL(CUDA, m) { m.impl("sq_diff", &sq_diff_op); }

@@ -142,7 +142,7 @@ def _collision(namespace: str, ops: list[str]) -> Reason:
     return Reason(
         "namespace-collision",
         f"torch.ops.{namespace} already holds {shown} from another library{by}; uninstall it "
-        f"or give this kernel its own `ops` namespace in kernels.toml",
+        "or set another ops namespace for this kernel in kernels.toml",
     )
 
 

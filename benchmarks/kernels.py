@@ -4,8 +4,8 @@ For each op and shape, three implementations run on the same inputs (bf16):
 
 - ``llm_ops``: the package's CUDA kernels (loaded through its registry);
 - ``eager``: the same math in plain torch ops;
-- ``compile``: ``torch.compile`` of that torch code (token dimension marked dynamic, so one
-  compile per op and hidden size).
+- ``compile``: ``torch.compile`` of that torch code, with static shapes (one compile per
+  shape: its best case).
 
 Achieved bandwidth is the op's minimum traffic (each input read once, each output written
 once) over its time. Times come from CUDA events around replays of a CUDA graph that holds one
@@ -115,15 +115,8 @@ def _weight(hidden: int) -> torch.Tensor:
 
 
 def _compiled(fn: Fn) -> Fn:
-    compiled = torch.compile(fn)
-
-    def call(*args: torch.Tensor) -> Any:
-        for arg in args:
-            if arg.dim() >= 2:
-                torch._dynamo.mark_dynamic(arg, 0)
-        return compiled(*args)
-
-    return call
+    # Static shapes (a compile per shape): torch.compile's best case, tuned for each size.
+    return torch.compile(fn, dynamic=False)
 
 
 def make_cases(rmsnorm: Any, silu_mul: Any) -> list[OpCase]:
@@ -258,6 +251,37 @@ def copy_time(nbytes: int, min_replays: int) -> float:
     return time_calls(lambda a: pairs[id(a)].copy_(a), sets, min_replays)
 
 
+def copy_sweep(min_replays: int) -> dict[str, float]:
+    """Copy bandwidth (bytes read + written per second) over buffer sizes, and by a plain loop.
+
+    The ceiling is the best of these. "loop" copies one 2 GiB buffer back to back without a
+    graph or rotation (how a copy is usually timed), to cross-check the graph method.
+    """
+    sweep: dict[str, float] = {}
+    for mib in (64, 256, 512, 1024, 2048, 4096):
+        nbytes = mib * 2**20
+        sweep[f"{mib} MiB"] = 2 * nbytes / copy_time(nbytes, min_replays)
+    n = 2**30
+    src = torch.empty(n, dtype=DTYPE, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(10):
+        start.record()
+        for _ in range(10):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / 10)
+    sweep["2048 MiB loop"] = 2 * 2 * n / statistics.median(samples)
+    del src, dst
+    torch.cuda.empty_cache()
+    return sweep
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -283,13 +307,18 @@ def run(tokens: Sequence[int], hiddens: Sequence[int], min_replays: int) -> dict
     """Measure every case; returns the JSON-ready result."""
     import llm_ops
 
+    for name, value in (("recompile_limit", 1024), ("cache_size_limit", 1024)):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, value)
+    torch._dynamo.config.automatic_dynamic_shapes = False
     rmsnorm = llm_ops.load("rmsnorm")
     silu_mul = llm_ops.load("silu_mul")
     cases = make_cases(rmsnorm, silu_mul)
 
-    peak_bytes = 2 * 2**30
-    peak = 2 * peak_bytes / copy_time(peak_bytes, min_replays)
-    print(f"device-to-device copy: {peak / 1e12:.2f} TB/s (read + write, 2 GiB)", flush=True)
+    sweep = copy_sweep(min_replays)
+    peak = max(sweep.values())
+    for size, bw in sweep.items():
+        print(f"device-to-device copy {size:>10}: {bw / 1e12:.2f} TB/s", flush=True)
 
     rows: list[dict[str, Any]] = []
     for case in cases:
@@ -337,6 +366,7 @@ def run(tokens: Sequence[int], hiddens: Sequence[int], min_replays: int) -> dict
         "llm_ops": getattr(sys.modules.get("llm_ops"), "__file__", None),
         "dtype": str(DTYPE).removeprefix("torch."),
         "copy_peak_tbps": peak / 1e12,
+        "copy_sweep_tbps": {size: bw / 1e12 for size, bw in sweep.items()},
         "method": (
             "bytes = minimum traffic (inputs read once, outputs written once); time = median "
             "over CUDA-graph replays of one call per input set, inputs rotated over >= 3x L2; "
@@ -429,6 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--png", type=Path, help="bar chart (needs matplotlib)")
     parser.add_argument("--quick", action="store_true", help="fewer shapes (a smoke run)")
+    parser.add_argument("--tokens", help="comma-separated token counts (overrides the default)")
+    parser.add_argument("--hidden", help="comma-separated hidden sizes (overrides the default)")
     parser.add_argument("--min-replays", type=int, default=20)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -436,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tokens = QUICK_TOKENS if args.quick else TOKENS
     hiddens = QUICK_HIDDEN if args.quick else HIDDEN
+    if args.tokens:
+        tokens = tuple(int(v) for v in args.tokens.split(","))
+    if args.hidden:
+        hiddens = tuple(int(v) for v in args.hidden.split(","))
     result = run(tokens, hiddens, args.min_replays)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

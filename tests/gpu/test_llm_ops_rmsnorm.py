@@ -15,6 +15,7 @@ EPS = 1e-6
 # Odd sizes, sizes that are not multiples of 8, leading dimensions, the largest hidden size.
 SHAPES = [
     (1, 1),
+    (1, 2),
     (3, 7),
     (5, 100),
     (17, 1000),
@@ -29,6 +30,10 @@ SHAPES = [
     (1, 16383),
     (3, 16384),
 ]
+
+
+# A hidden size of 1 has a vanishing gradient (x / |x|): relative errors mean nothing there.
+BACKWARD_SHAPES = [shape for shape in SHAPES if shape[-1] > 1]
 
 
 def _inputs(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +80,7 @@ def test_residual_forward_returns_norm_of_sum_and_the_sum(
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", BACKWARD_SHAPES, ids=str)
 def test_backward_matches_float64_autograd(
     rmsnorm: ModuleType, shape: tuple[int, ...], dtype: torch.dtype
 ) -> None:
@@ -96,7 +101,7 @@ def test_backward_matches_float64_autograd(
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", BACKWARD_SHAPES, ids=str)
 def test_residual_backward_reaches_x_residual_and_weight(
     rmsnorm: ModuleType, shape: tuple[int, ...], dtype: torch.dtype
 ) -> None:

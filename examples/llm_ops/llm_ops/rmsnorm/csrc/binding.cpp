@@ -148,7 +148,7 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
       dresidual.has_value() ? dresidual->const_data_ptr() : nullptr,
       rows,
       hidden};
-  const int partials = llm_ops::rmsnorm::backward_partials(args, x.get_device_index());
+  const int partials = llm_ops::rmsnorm::backward_partials(args);
   Tensor workspace = torch::stable::new_empty(x, {partials, hidden}, ScalarType::Float);
   const char* err = llm_ops::rmsnorm::launch_backward(
       args, static_cast<float*>(workspace.mutable_data_ptr()), partials, current_stream(x));

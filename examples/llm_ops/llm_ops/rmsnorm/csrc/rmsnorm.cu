@@ -45,76 +45,104 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(lane < warps ? scratch[lane] : 0.f);
 }
 
+// Loads this thread's NV vectors of one row (those inside the row).
+template <typename V, int NV>
+__device__ __forceinline__ void load_row(V (&dst)[NV], const V* row, int nvec) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < nvec) {
+      dst[k] = row[j];
+    }
+  }
+}
+
+// A persistent grid: each CTA walks rows with a grid stride and loads row i + 1 into
+// registers before it reduces and writes row i, so the memory system always has a row in
+// flight per CTA (the loads retire while the CTA waits at the reduction barrier).
 template <typename T, int VEC, int NV, bool RESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd_out,
                    const T* __restrict__ x, const T* __restrict__ residual,
-                   const T* __restrict__ w, int hidden, float eps) {
+                   const T* __restrict__ w, int64_t rows, int hidden, float eps) {
   using V = Vec<T, VEC>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[2][32];
   const int nvec = hidden / VEC;
-  const int64_t offset = static_cast<int64_t>(blockIdx.x) * hidden;
-  const V* x_row = reinterpret_cast<const V*>(x + offset);
-  const V* w_vec = reinterpret_cast<const V*>(w);
+  const float inv_hidden = 1.f / static_cast<float>(hidden);
 
-  // Issue every load of the row before the first use.
-  V xr[NV];
   V wr[NV];
+  load_row(wr, reinterpret_cast<const V*>(w), nvec);
+  V xr[NV];
   V rr[NV];
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int j = threadIdx.x + k * blockDim.x;
-    if (j < nvec) {
-      xr[k] = x_row[j];
-      wr[k] = w_vec[j];
-      if constexpr (RESIDUAL) {
-        rr[k] = reinterpret_cast<const V*>(residual + offset)[j];
-      }
+  int64_t row = blockIdx.x;
+  if (row < rows) {
+    load_row(xr, reinterpret_cast<const V*>(x + row * hidden), nvec);
+    if constexpr (RESIDUAL) {
+      load_row(rr, reinterpret_cast<const V*>(residual + row * hidden), nvec);
     }
   }
-
-  float v[NV][VEC];
-  float sum_sq = 0.f;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int j = threadIdx.x + k * blockDim.x;
-    if (j < nvec) {
+  int parity = 0;
+  for (; row < rows; row += gridDim.x) {
+    const int64_t offset = row * hidden;
+    const int64_t next = row + gridDim.x;
+    V xn[NV];
+    V rn[NV];
+    if (next < rows) {
+      load_row(xn, reinterpret_cast<const V*>(x + next * hidden), nvec);
       if constexpr (RESIDUAL) {
-        V h;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          h.v[e] = from_float<T>(to_float(xr[k].v[e]) + to_float(rr[k].v[e]));
-          v[k][e] = to_float(h.v[e]);
-        }
-        reinterpret_cast<V*>(h_out + offset)[j] = h;
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          v[k][e] = to_float(xr[k].v[e]);
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        sum_sq += v[k][e] * v[k][e];
+        load_row(rn, reinterpret_cast<const V*>(residual + next * hidden), nvec);
       }
     }
-  }
 
-  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(hidden) + eps);
-  if (threadIdx.x == 0) {
-    rstd_out[blockIdx.x] = rstd;
-  }
-  V* y_row = reinterpret_cast<V*>(y + offset);
+    float sum_sq = 0.f;
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int j = threadIdx.x + k * blockDim.x;
-    if (j < nvec) {
-      V out;
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+        if constexpr (RESIDUAL) {
+          V h;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        out.v[e] = from_float<T>(v[k][e] * rstd * to_float(wr[k].v[e]));
+          for (int e = 0; e < VEC; ++e) {
+            h.v[e] = from_float<T>(to_float(xr[k].v[e]) + to_float(rr[k].v[e]));
+            const float v = to_float(h.v[e]);
+            sum_sq += v * v;
+          }
+          reinterpret_cast<V*>(h_out + offset)[j] = h;
+          xr[k] = h;  // the row normalised is h
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float v = to_float(xr[k].v[e]);
+            sum_sq += v * v;
+          }
+        }
       }
-      y_row[j] = out;
+    }
+
+    const float rstd = rsqrtf(block_sum(sum_sq, scratch[parity]) * inv_hidden + eps);
+    parity ^= 1;
+    if (threadIdx.x == 0) {
+      rstd_out[row] = rstd;
+    }
+    V* y_row = reinterpret_cast<V*>(y + offset);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+        V out;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          out.v[e] = from_float<T>(to_float(xr[k].v[e]) * rstd * to_float(wr[k].v[e]));
+        }
+        y_row[j] = out;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      xr[k] = xn[k];
+      if constexpr (RESIDUAL) {
+        rr[k] = rn[k];
+      }
     }
   }
 }
@@ -129,41 +157,43 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ float scratch[2][32];
   // This CTA's share of dw, fp32, NV * VEC values a thread. Each thread owns its values
   // (no barrier needed); the layout [k][e][thread] keeps a warp on distinct banks. Shared
-  // memory rather than registers keeps the kernel under 64 registers at 1024 threads.
+  // memory rather than registers leaves the registers to the rows in flight.
   extern __shared__ float acc[];
   const int nvec = hidden / VEC;
   const float inv_hidden = 1.f / static_cast<float>(hidden);
   const int threads = static_cast<int>(blockDim.x);
 
   V wr[NV];
+  load_row(wr, reinterpret_cast<const V*>(w), nvec);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int j = threadIdx.x + k * threads;
-    if (j < nvec) {
-      wr[k] = reinterpret_cast<const V*>(w)[j];
-    }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       acc[(k * VEC + e) * threads + threadIdx.x] = 0.f;
     }
   }
 
+  // As in the forward kernel, row i + 1 is loaded before row i is reduced.
+  V xr[NV];
+  V dyr[NV];
+  int64_t row = blockIdx.x;
+  if (row < rows) {
+    load_row(xr, reinterpret_cast<const V*>(x + row * hidden), nvec);
+    load_row(dyr, reinterpret_cast<const V*>(dy + row * hidden), nvec);
+  }
   int parity = 0;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (; row < rows; row += gridDim.x) {
     const int64_t offset = row * hidden;
-    V xr[NV];
-    V dyr[NV];
+    const int64_t next = row + gridDim.x;
+    V xn[NV];
+    V dyn[NV];
+    if (next < rows) {
+      load_row(xn, reinterpret_cast<const V*>(x + next * hidden), nvec);
+      load_row(dyn, reinterpret_cast<const V*>(dy + next * hidden), nvec);
+    }
     V drr[NV];
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int j = threadIdx.x + k * threads;
-      if (j < nvec) {
-        xr[k] = reinterpret_cast<const V*>(x + offset)[j];
-        dyr[k] = reinterpret_cast<const V*>(dy + offset)[j];
-        if constexpr (DRESIDUAL) {
-          drr[k] = reinterpret_cast<const V*>(dresidual + offset)[j];
-        }
-      }
+    if constexpr (DRESIDUAL) {
+      load_row(drr, reinterpret_cast<const V*>(dresidual + offset), nvec);
     }
     const float r = rstd[row];
 
@@ -201,6 +231,229 @@ __global__ void __launch_bounds__(kMaxThreads)
         reinterpret_cast<V*>(dx + offset)[j] = out;
       }
     }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      xr[k] = xn[k];
+      dyr[k] = dyn[k];
+    }
+  }
+
+  float* partial = dw_partial + static_cast<int64_t>(blockIdx.x) * hidden;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = threadIdx.x + k * threads;
+    if (j < nvec) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        partial[j * VEC + e] = acc[(k * VEC + e) * threads + threadIdx.x];
+      }
+    }
+  }
+}
+
+// ---- Staged kernels: the 16-byte path, rows brought in by cp.async ----------------------
+//
+// Rows travel through shared memory in two stages: while a CTA reduces and writes row i,
+// row i + grid is already on its way (cp.async, no registers held). The row in flight lives
+// in shared memory, so the registers stay few and many CTAs fit on an SM: together they keep
+// enough bytes in flight to saturate HBM. Each thread copies and later reads only its own
+// vectors, so no barrier is needed between a stage's arrival and its use.
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits until this thread's copies of all but the most recent group have landed.
+__device__ __forceinline__ void cp_async_wait_all_but_one() {
+  asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+// Copies this thread's vectors of `src` (a row of `nvec` 16-byte vectors) into `dst`.
+template <typename V, int NV>
+__device__ __forceinline__ void stage_row(V* dst, const V* src, int nvec) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < nvec) {
+      cp_async16(dst + j, src + j);
+    }
+  }
+}
+
+template <typename T, int NV, bool RESIDUAL>
+__global__ void __launch_bounds__(kMaxThreads)
+    forward_staged_kernel(T* __restrict__ y, T* __restrict__ h_out,
+                          float* __restrict__ rstd_out, const T* __restrict__ x,
+                          const T* __restrict__ residual, const T* __restrict__ w,
+                          int64_t rows, int hidden, float eps) {
+  constexpr int VEC = kVec16<T>;
+  constexpr int kInputs = RESIDUAL ? 2 : 1;
+  using V = Vec<T, VEC>;
+  extern __shared__ uint4 stage_mem[];
+  __shared__ float scratch[2][32];
+  V* stages = reinterpret_cast<V*>(stage_mem);
+  const int nvec = hidden / VEC;
+  const int slot = NV * static_cast<int>(blockDim.x);
+  const float inv_hidden = 1.f / static_cast<float>(hidden);
+
+  const auto issue = [&](int64_t row, int stage) {
+    if (row < rows) {
+      stage_row<V, NV>(stages + stage * kInputs * slot,
+                       reinterpret_cast<const V*>(x + row * hidden), nvec);
+      if constexpr (RESIDUAL) {
+        stage_row<V, NV>(stages + (stage * kInputs + 1) * slot,
+                         reinterpret_cast<const V*>(residual + row * hidden), nvec);
+      }
+    }
+    cp_async_commit();
+  };
+
+  V wr[NV];
+  load_row(wr, reinterpret_cast<const V*>(w), nvec);
+  int64_t row = blockIdx.x;
+  issue(row, 0);
+  int stage = 0;
+  for (; row < rows; row += gridDim.x) {
+    issue(row + gridDim.x, stage ^ 1);
+    cp_async_wait_all_but_one();
+    const V* xs = stages + stage * kInputs * slot;
+    const V* rs = xs + slot;
+    const int64_t offset = row * hidden;
+
+    // The row normalised: x, or h = x + residual rounded to T (recomputed in pass two).
+    const auto row_value = [&](int j, int e) -> float {
+      if constexpr (RESIDUAL) {
+        return to_float(from_float<T>(to_float(xs[j].v[e]) + to_float(rs[j].v[e])));
+      } else {
+        return to_float(xs[j].v[e]);
+      }
+    };
+
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+        V h;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float v = row_value(j, e);
+          sum_sq += v * v;
+          h.v[e] = from_float<T>(v);
+        }
+        if constexpr (RESIDUAL) {
+          reinterpret_cast<V*>(h_out + offset)[j] = h;
+        }
+      }
+    }
+    const float rstd = rsqrtf(block_sum(sum_sq, scratch[stage]) * inv_hidden + eps);
+    if (threadIdx.x == 0) {
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+        V out;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          out.v[e] = from_float<T>(row_value(j, e) * rstd * to_float(wr[k].v[e]));
+        }
+        reinterpret_cast<V*>(y + offset)[j] = out;
+      }
+    }
+    stage ^= 1;
+  }
+}
+
+template <typename T, int NV, bool DRESIDUAL>
+__global__ void __launch_bounds__(kMaxThreads)
+    backward_staged_kernel(T* __restrict__ dx, float* __restrict__ dw_partial,
+                           const T* __restrict__ dy, const T* __restrict__ x,
+                           const T* __restrict__ w, const float* __restrict__ rstd,
+                           const T* __restrict__ dresidual, int64_t rows, int hidden) {
+  constexpr int VEC = kVec16<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ uint4 stage_mem[];
+  __shared__ float scratch[2][32];
+  const int threads = static_cast<int>(blockDim.x);
+  const int slot = NV * threads;
+  // [NV * VEC][threads] fp32 dw share (each thread owns its column), then 2 stages x {x, dy}.
+  float* acc = reinterpret_cast<float*>(stage_mem);
+  V* stages = reinterpret_cast<V*>(acc + NV * VEC * threads);
+  const int nvec = hidden / VEC;
+  const float inv_hidden = 1.f / static_cast<float>(hidden);
+
+  const auto issue = [&](int64_t row, int stage) {
+    if (row < rows) {
+      stage_row<V, NV>(stages + (stage * 2) * slot,
+                       reinterpret_cast<const V*>(x + row * hidden), nvec);
+      stage_row<V, NV>(stages + (stage * 2 + 1) * slot,
+                       reinterpret_cast<const V*>(dy + row * hidden), nvec);
+    }
+    cp_async_commit();
+  };
+
+  V wr[NV];
+  load_row(wr, reinterpret_cast<const V*>(w), nvec);
+#pragma unroll
+  for (int i = 0; i < NV * VEC; ++i) {
+    acc[i * threads + threadIdx.x] = 0.f;
+  }
+  int64_t row = blockIdx.x;
+  issue(row, 0);
+  int stage = 0;
+  for (; row < rows; row += gridDim.x) {
+    issue(row + gridDim.x, stage ^ 1);
+    const int64_t offset = row * hidden;
+    V drr[NV];
+    if constexpr (DRESIDUAL) {
+      load_row(drr, reinterpret_cast<const V*>(dresidual + offset), nvec);
+    }
+    const float r = rstd[row];
+    cp_async_wait_all_but_one();
+    const V* xs = stages + (stage * 2) * slot;
+    const V* dys = xs + slot;
+
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * threads;
+      if (j < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          dot += to_float(dys[j].v[e]) * to_float(wr[k].v[e]) * to_float(xs[j].v[e]);
+        }
+      }
+    }
+    // mean(g * xhat) = r * mean(dy * w * x)
+    const float c = block_sum(dot, scratch[stage]) * r * inv_hidden;
+
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * threads;
+      if (j < nvec) {
+        V out;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xhat = to_float(xs[j].v[e]) * r;
+          const float g = to_float(dys[j].v[e]);
+          float d = r * g * to_float(wr[k].v[e]) - xhat * c * r;
+          if constexpr (DRESIDUAL) {
+            d += to_float(drr[k].v[e]);
+          }
+          out.v[e] = from_float<T>(d);
+          acc[(k * VEC + e) * threads + threadIdx.x] += g * xhat;
+        }
+        reinterpret_cast<V*>(dx + offset)[j] = out;
+      }
+    }
+    stage ^= 1;
   }
 
   float* partial = dw_partial + static_cast<int64_t>(blockIdx.x) * hidden;
@@ -263,29 +516,97 @@ const char* last_error() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// CTAs of `fn` that fit on the device at once (at least 1), capped at `rows`.
+int resident_grid(const void* fn, int threads, size_t smem, int64_t rows) {
+  int device = 0;
+  int sms = 0;
+  int per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    sms = 1;
+    per_sm = 1;
+  }
+  const int64_t full = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  return static_cast<int>(std::max<int64_t>(1, std::min(rows, full)));
+}
+
 template <typename T, int VEC>
 void forward_vec(const ForwardArgs& a, cudaStream_t stream) {
   constexpr int NV = kMaxElemsPerThread / VEC;
   const int threads = threads_for<VEC, NV>(a.hidden);
-  const auto grid = static_cast<unsigned>(a.rows);
   const int hidden = static_cast<int>(a.hidden);
   if (a.residual != nullptr) {
-    forward_kernel<T, VEC, NV, true><<<grid, threads, 0, stream>>>(
-        static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd, static_cast<const T*>(a.x),
-        static_cast<const T*>(a.residual), static_cast<const T*>(a.w), hidden, a.eps);
+    const auto fn = forward_kernel<T, VEC, NV, true>;
+    const int grid = resident_grid(reinterpret_cast<const void*>(fn), threads, 0, a.rows);
+    fn<<<grid, threads, 0, stream>>>(static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd,
+                                     static_cast<const T*>(a.x),
+                                     static_cast<const T*>(a.residual),
+                                     static_cast<const T*>(a.w), a.rows, hidden, a.eps);
   } else {
-    forward_kernel<T, VEC, NV, false><<<grid, threads, 0, stream>>>(
-        static_cast<T*>(a.y), nullptr, a.rstd, static_cast<const T*>(a.x), nullptr,
-        static_cast<const T*>(a.w), hidden, a.eps);
+    const auto fn = forward_kernel<T, VEC, NV, false>;
+    const int grid = resident_grid(reinterpret_cast<const void*>(fn), threads, 0, a.rows);
+    fn<<<grid, threads, 0, stream>>>(static_cast<T*>(a.y), nullptr, a.rstd,
+                                     static_cast<const T*>(a.x), nullptr,
+                                     static_cast<const T*>(a.w), a.rows, hidden, a.eps);
   }
 }
 
+// Dynamic shared memory a block may opt in to on the current device.
+int max_dynamic_smem() {
+  int device = 0;
+  int bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 48 * 1024;
+  }
+  return bytes;
+}
+
+// Launches `fn` as a resident grid with `smem` bytes of dynamic shared memory.
+template <typename... Args>
+void launch_resident(void (*fn)(Args...), int threads, size_t smem, int64_t rows,
+                     cudaStream_t stream, Args... args) {
+  const void* key = reinterpret_cast<const void*>(fn);
+  cudaFuncSetAttribute(key, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
+  const int grid = resident_grid(key, threads, smem, rows);
+  fn<<<grid, threads, smem, stream>>>(args...);
+}
+
+// Shared memory the static arrays of a kernel use besides its dynamic share.
+constexpr size_t kStaticSmem = 1024;
+
 template <typename T>
 void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
-  if (can_vectorise<T>(a.hidden, {a.y, a.h, a.x, a.residual, a.w})) {
-    forward_vec<T, kVec16<T>>(a, stream);
-  } else {
+  if (!can_vectorise<T>(a.hidden, {a.y, a.h, a.x, a.residual, a.w})) {
     forward_vec<T, 1>(a, stream);
+    return;
+  }
+  constexpr int VEC = kVec16<T>;
+  constexpr int NV = kMaxElemsPerThread / VEC;
+  const int threads = threads_for<VEC, NV>(a.hidden);
+  const bool residual = a.residual != nullptr;
+  const size_t smem = 2 * (residual ? 2 : 1) * static_cast<size_t>(NV) * threads * 16;
+  if (smem + kStaticSmem > static_cast<size_t>(max_dynamic_smem())) {
+    forward_vec<T, VEC>(a, stream);
+    return;
+  }
+  const int hidden = static_cast<int>(a.hidden);
+  if (residual) {
+    launch_resident(forward_staged_kernel<T, NV, true>, threads, smem, a.rows, stream,
+                    static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd,
+                    static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
+                    static_cast<const T*>(a.w), a.rows, hidden, a.eps);
+  } else {
+    launch_resident(forward_staged_kernel<T, NV, false>, threads, smem, a.rows, stream,
+                    static_cast<T*>(a.y), static_cast<T*>(nullptr), a.rstd,
+                    static_cast<const T*>(a.x), static_cast<const T*>(nullptr),
+                    static_cast<const T*>(a.w), a.rows, hidden, a.eps);
   }
 }
 
@@ -315,30 +636,30 @@ BackwardKernel pick_backward(const BackwardArgs& a) {
   const bool vec = can_vectorise<T>(a.hidden, {a.dx, a.dy, a.x, a.w, a.dresidual});
   const bool dres = a.dresidual != nullptr;
   if (vec) {
-    const int64_t nvec = a.hidden / kVec16<T>;
-    return dres ? pick_backward_nv<T, kVec16<T>, 1, true>(nvec)
-                : pick_backward_nv<T, kVec16<T>, 1, false>(nvec);
+    constexpr int VEC = kVec16<T>;
+    constexpr int NV = kMaxElemsPerThread / VEC;
+    const int threads = threads_for<VEC, NV>(a.hidden);
+    // fp32 dw share + 2 stages of {x, dy}
+    const size_t smem = static_cast<size_t>(NV) * threads * (VEC * sizeof(float) + 2 * 2 * 16);
+    if (smem + kStaticSmem <= static_cast<size_t>(max_dynamic_smem())) {
+      const void* fn = dres ? reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, true>)
+                            : reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, false>);
+      return {fn, threads, smem};
+    }
+    const int64_t nvec = a.hidden / VEC;
+    return dres ? pick_backward_nv<T, VEC, 1, true>(nvec)
+                : pick_backward_nv<T, VEC, 1, false>(nvec);
   }
   return dres ? pick_backward_nv<T, 1, 1, true>(a.hidden)
               : pick_backward_nv<T, 1, 1, false>(a.hidden);
 }
 
 template <typename T>
-int backward_partials_typed(const BackwardArgs& a, int device) {
+int backward_partials_typed(const BackwardArgs& a) {
   const BackwardKernel k = pick_backward<T>(a);
-  int sms = 0;
-  int per_sm = 0;
-  if (cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(k.smem)) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    sms = 1;
-    per_sm = 1;
-  }
-  const int64_t full = static_cast<int64_t>(sms) * std::max(per_sm, 1);
-  return static_cast<int>(std::max<int64_t>(1, std::min(a.rows, full)));
+  cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(k.smem));
+  return resident_grid(k.fn, k.threads, k.smem, a.rows);
 }
 
 template <typename T>
@@ -384,14 +705,14 @@ const char* launch_forward(const ForwardArgs& args, cudaStream_t stream) {
   return last_error();
 }
 
-int backward_partials(const BackwardArgs& args, int device) {
+int backward_partials(const BackwardArgs& args) {
   switch (args.dtype) {
     case DType::kFloat32:
-      return backward_partials_typed<float>(args, device);
+      return backward_partials_typed<float>(args);
     case DType::kFloat16:
-      return backward_partials_typed<__half>(args, device);
+      return backward_partials_typed<__half>(args);
     case DType::kBFloat16:
-      return backward_partials_typed<__nv_bfloat16>(args, device);
+      return backward_partials_typed<__nv_bfloat16>(args);
   }
   return 1;
 }

@@ -48,7 +48,7 @@ struct BackwardArgs {
 const char* launch_forward(const ForwardArgs& args, cudaStream_t stream);
 
 // Rows of the fp32 [partials, hidden] workspace that `launch_backward` needs (>= 1).
-int backward_partials(const BackwardArgs& args, int device);
+int backward_partials(const BackwardArgs& args);
 
 const char* launch_backward(const BackwardArgs& args, float* workspace, int partials,
                             cudaStream_t stream);

@@ -48,6 +48,7 @@ int64_t check_input(const Tensor& x) {
   dtype_of(x);
   const int64_t last = x.size(x.dim() - 1);
   STD_TORCH_CHECK(last % 2 == 0, "silu_mul: the last dimension of x must be even, got ", last);
+  STD_TORCH_CHECK(last < (int64_t{1} << 31), "silu_mul: the last dimension of x must be < 2^31");
   return last / 2;
 }
 

@@ -17,27 +17,29 @@ constexpr int kMaxThreads = 256;
 constexpr int kUnroll = 2;
 constexpr int64_t kMaxGridY = 65535;
 
+// Fast reciprocal and exponential (a few ulp): the kernels are memory-bound only if the
+// per-element arithmetic stays short; an IEEE division alone would cost more than the loads.
 __device__ __forceinline__ float sigmoid(float a) {
-  return 1.f / (1.f + __expf(-a));
+  return __fdividef(1.f, 1.f + __expf(-a));
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t rows, int64_t d) {
   using V = Vec<T, VEC>;
-  const int64_t nvec = d / VEC;
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int nvec = static_cast<int>(d / VEC);
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const V* a = reinterpret_cast<const V*>(x + r * 2 * d);
     const V* b = reinterpret_cast<const V*>(x + r * 2 * d + d);
     V* o = reinterpret_cast<V*>(out + r * d);
-    for (int64_t j0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j0 < nvec;
+    for (int j0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); j0 < nvec;
          j0 += stride * kUnroll) {
       V av[kUnroll];
       V bv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + u * stride;
+        const int j = j0 + u * stride;
         if (j < nvec) {
           av[u] = a[j];
           bv[u] = b[j];
@@ -45,7 +47,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + u * stride;
+        const int j = j0 + u * stride;
         if (j < nvec) {
           V ov;
 #pragma unroll
@@ -65,22 +67,22 @@ __global__ void __launch_bounds__(kMaxThreads)
     backward_kernel(T* __restrict__ dx, const T* __restrict__ dout, const T* __restrict__ x,
                     int64_t rows, int64_t d) {
   using V = Vec<T, VEC>;
-  const int64_t nvec = d / VEC;
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int nvec = static_cast<int>(d / VEC);
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const V* a = reinterpret_cast<const V*>(x + r * 2 * d);
     const V* b = reinterpret_cast<const V*>(x + r * 2 * d + d);
     const V* go = reinterpret_cast<const V*>(dout + r * d);
     V* da = reinterpret_cast<V*>(dx + r * 2 * d);
     V* db = reinterpret_cast<V*>(dx + r * 2 * d + d);
-    for (int64_t j0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j0 < nvec;
+    for (int j0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); j0 < nvec;
          j0 += stride * kUnroll) {
       V av[kUnroll];
       V bv[kUnroll];
       V gv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + u * stride;
+        const int j = j0 + u * stride;
         if (j < nvec) {
           av[u] = a[j];
           bv[u] = b[j];
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = j0 + u * stride;
+        const int j = j0 + u * stride;
         if (j < nvec) {
           V dav;
           V dbv;

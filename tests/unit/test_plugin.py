@@ -174,3 +174,21 @@ def test_header_is_quiet_when_no_test_names_a_kernel(pytester: pytest.Pytester) 
     write_test(pytester, "def test_x(): pass\n")
     result = pytester.runpytest()
     result.stdout.no_fnmatch_line("kernelpack:*")
+
+
+def test_skip_is_reported_at_the_tests_location(pytester: pytest.Pytester, kp: str) -> None:
+    pytester.makeconftest(NO_GPU_CONFTEST)
+    write_test(pytester, f"@pytest.mark.kernel('{kp}.k')\ndef test_x(): pass\n")
+    result = pytester.runpytest("-rs")
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_it.py:3: kernel*"])
+
+
+def test_missing_gpu_is_said_once_for_gpu_and_kernel_marks(
+    pytester: pytest.Pytester, kp: str
+) -> None:
+    pytester.makeconftest(NO_GPU_CONFTEST)
+    write_test(pytester, f"@pytest.mark.gpu\n@pytest.mark.kernel('{kp}.k')\ndef test_x(): pass\n")
+    result = pytester.runpytest("-rs")
+    result.stdout.fnmatch_lines(
+        ["SKIPPED*: needs a GPU: no CUDA device visible: fake: no GPU here"]
+    )

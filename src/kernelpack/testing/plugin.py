@@ -93,23 +93,26 @@ def _gpu_problem() -> str | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     problems: list[str] = []
+    no_gpu = False
     if item.get_closest_marker("gpu") is not None:
         problem = _gpu_problem()
         if problem is not None:
+            no_gpu = True
             problems.append(f"needs a GPU: {problem}")
     for name in _kernel_names(item):
         try:
             reason = _kernel_reason(name)
         except ValueError as exc:
             pytest.fail(f"@pytest.mark.kernel({name!r}): {exc}", pytrace=False)
-        if reason is not None:
+        if reason is not None and not (no_gpu and reason.code == "no-device"):
             problems.append(f"kernel {name} unavailable ({reason.code}): {reason.message}")
     if not problems:
         return
     message = "; ".join(problems)
     if _required(item.config):
         pytest.fail(f"required (--kernels-require / KERNELPACK_REQUIRE): {message}", pytrace=False)
-    pytest.skip(message)
+    # Reported at the test's own location, as a skipif mark would be.
+    raise pytest.skip.Exception(message, _use_item_location=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

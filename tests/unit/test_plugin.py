@@ -192,3 +192,4 @@ def test_missing_gpu_is_said_once_for_gpu_and_kernel_marks(
     result.stdout.fnmatch_lines(
         ["SKIPPED*: needs a GPU: no CUDA device visible: fake: no GPU here"]
     )
+    result.stdout.no_fnmatch_line("*unavailable (no-device)*")

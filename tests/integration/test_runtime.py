@@ -54,9 +54,9 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _build(root: Path) -> None:
+def _build(root: Path, *options: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "kernelpack", "build", str(root), "--inplace"],
+        [sys.executable, "-m", "kernelpack", "build", str(root), "--inplace", *options],
         env=_clean_env(),
         check=True,
         capture_output=True,
@@ -182,6 +182,23 @@ def test_both_abis_load_and_register_their_ops_on_an_h200(demo: Path) -> None:
         "same": True,
         "ops": [True, True],
         "cuda_initialised": False,
+    }
+
+
+def test_kernel_the_build_skipped_is_not_built_with_the_builds_reason(demo_copy: Path) -> None:
+    _build(demo_copy, "--kernels", "scale")
+    code = (
+        FAKE_H200.format(driver="13.0", name="NVIDIA H200")
+        + "import json\nfrom kernelpack.runtime import Registry\nr = Registry('kpdemo')\n"
+        "reason = r.unavailable_reason('addone')\n"
+        "print(json.dumps([r.status(), reason.to_json()]))\n"
+    )
+    status, reason = python(code, demo_copy)
+    assert status == {"scale": "available", "addone": "skipped: not in --kernels (scale)"}
+    assert reason == {
+        "code": "not-built",
+        "message": "skipped at build time (not-selected): not in --kernels (scale)",
+        "cause": {"code": "not-selected", "message": "not in --kernels (scale)"},
     }
 
 

@@ -99,3 +99,25 @@ def test_version_file_assignments_are_read_literally() -> None:
         "git_version = compute()\n"
     )
     assert _assignments(source) == {"__version__": "2.13.0+cpu", "cuda": None}
+
+
+def test_a_torch_that_fails_to_import_makes_kernels_load_failed(tmp_path: Path) -> None:
+    package = unique_name()
+    make_package(tmp_path, package, {"a": built("a", package)})
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\n")
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "raise ImportError('libcudart.so.13: cannot open shared object file')\n"
+    )
+    code = (
+        "import json\n"
+        "from kernelpack.runtime import Registry\n"
+        "from kernelpack.testing.fakes import fake_probe\n"
+        f"reason = Registry({package!r}, probe=fake_probe('9.0')).unavailable_reason('a')\n"
+        "print(json.dumps(reason.to_json()))\n"
+    )
+    assert run_python(code, tmp_path) == {
+        "code": "load-failed",
+        "message": "libcudart.so.13: cannot open shared object file; built for torch 2.14.1 "
+        "(CUDA 13.0), running torch 2.14.1+cu130 (CUDA 13.0)",
+    }

@@ -51,7 +51,11 @@ def _registered_at(op: str) -> str | None:
     """Where `op` was registered (the source file torch recorded), if torch says."""
     import torch
 
-    match = re.search(r"registered at (\S+)", torch._C._dispatch_dump(op))
+    try:
+        dump = str(torch._C._dispatch_dump(op))
+    except (AttributeError, RuntimeError):
+        return None
+    match = re.search(r"registered at (\S+)", dump)
     return match.group(1) if match else None
 
 
@@ -195,11 +199,11 @@ def _import(
         problem = elf_problem(library)
         if problem is not None:
             return Reason("load-failed", f"{problem}; rebuild or reinstall; {hint}")
-    if namespace and check_namespace:
-        ops = ops_in_namespace(namespace)
-        if ops:
-            return _collision(namespace, ops)
     try:
+        if namespace and check_namespace:
+            ops = ops_in_namespace(namespace)  # imports torch, which may itself fail
+            if ops:
+                return _collision(namespace, ops)
         return importlib.import_module(module)
     except Exception as exc:
         message = _one_line(exc)

@@ -312,6 +312,14 @@ def test_stable_abi_refuses_a_torch_older_than_its_target(root: Path) -> None:
     assert reason.message.startswith("built for torch >= 2.15 (stable ABI), running 2.14.1;")
 
 
+def test_unparsable_torch_version_in_the_record_leaves_the_decision_to_loading(
+    root: Path,
+) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package)}, tool=toolchain(torch="main-branch"))
+    assert registry(package).unavailable_reason("k") is None
+
+
 def test_torch_of_another_cuda_major_is_a_torch_mismatch(root: Path) -> None:
     package = unique_name()
     kernel = built("k", package, abi="stable")

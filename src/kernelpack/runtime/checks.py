@@ -13,12 +13,16 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from kernelpack.arch import Arch
 from kernelpack.reason import Reason
 from kernelpack.record import BuildRecord, KernelRecord
 from kernelpack.runtime.device import DeviceFacts, Probe
 from kernelpack.runtime.torchinfo import TorchFacts, TorchReader
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 __all__ = ["CHECKS", "Check", "Context", "disabled_kernels", "env_prefix", "first_reason"]
 
@@ -144,15 +148,21 @@ def _arch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | No
     return None
 
 
-def _torch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _version(text: str | None) -> Version | None:
     from packaging.version import InvalidVersion, Version
 
-    running, built = ctx.torch, ctx.record.toolchain
-    if running.version is None:
+    if not text:
         return None
     try:
-        running_version = Version(running.version)
+        return Version(text)
     except InvalidVersion:
+        return None
+
+
+def _torch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+    running, built = ctx.torch, ctx.record.toolchain
+    running_version = _version(running.version)
+    if running_version is None:
         return None
     running_release = ".".join(str(p) for p in running_version.release)
     if built.torch_cuda and running.cuda and _major(built.torch_cuda) != _major(running.cuda):
@@ -162,19 +172,21 @@ def _torch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | N
             f"(CUDA {running.cuda}); install a CUDA {_major(built.torch_cuda)}.x torch or rebuild",
         )
     if kernel.abi == "stable":
-        target = kernel.stable_target
-        if target and running_version.release < Version(target).release:
+        target = _version(kernel.stable_target)
+        if target is not None and running_version.release < target.release:
             return Reason(
                 "torch-mismatch",
-                f"built for torch >= {target} (stable ABI), running {running_release}; "
-                f"upgrade torch to {target} or newer",
+                f"built for torch >= {kernel.stable_target} (stable ABI), running "
+                f"{running_release}; upgrade torch to {kernel.stable_target} or newer",
             )
         return None
-    if built.torch and Version(built.torch).release != running_version.release:
+    built_version = _version(built.torch)
+    if built_version is not None and built_version.release != running_version.release:
+        wanted = built_version.base_version
         return Reason(
             "torch-mismatch",
-            f"built for torch {Version(built.torch).base_version}, running {running_release}; "
-            f"install torch=={Version(built.torch).base_version} or rebuild against this torch",
+            f"built for torch {wanted}, running {running_release}; "
+            f"install torch=={wanted} or rebuild against this torch",
         )
     return None
 

@@ -196,3 +196,17 @@ def test_nvml_probe_without_a_driver_says_so(monkeypatch: pytest.MonkeyPatch) ->
     facts = nvml_probe()
     assert facts.devices == ()
     assert facts.problem == "no NVIDIA driver: libnvidia-ml.so.1 not found"
+
+
+def test_facts_describe_devices_and_driver_in_one_line() -> None:
+    facts = DeviceFacts(
+        devices=(device.Device(0, "NVIDIA H200", (9, 0)), device.Device(1, "NVIDIA H200", (9, 0))),
+        driver_cuda=(13, 0),
+    )
+    assert facts.describe() == "0: NVIDIA H200 (sm_90), 1: NVIDIA H200 (sm_90); driver CUDA 13.0"
+
+
+def test_facts_describe_why_no_device_is_visible() -> None:
+    assert DeviceFacts(problem="CUDA_VISIBLE_DEVICES is empty").describe() == (
+        "none (CUDA_VISIBLE_DEVICES is empty)"
+    )

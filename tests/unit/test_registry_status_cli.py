@@ -97,6 +97,7 @@ def test_table_lists_kernel_availability_archs_abi_and_reason(
     ]
     assert "rmsnorm" in out and "9.0a" in out and "stable" in out and "no-device" in out
     assert "flash_moe" in out and "not-built" in out
+    assert out.splitlines()[-1].strip() == "device none (the NVIDIA driver reports no GPU)"
 
 
 def test_a_package_folder_is_accepted(

@@ -58,16 +58,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        Console().print(table(report))
+        from kernelpack.runtime.device import default_probe
+
+        Console().print(table(report, caption=f"device {default_probe().describe()}"))
     return 0
 
 
-def table(report: PackageStatus) -> Table:
+def table(report: PackageStatus, caption: str | None = None) -> Table:
     """A rich `Table`: kernel, available, archs, abi, reason."""
     from rich.table import Table
 
     title = f"{report.package} {report.version or ''}".strip()
-    result = Table(title=title, title_justify="left")
+    result = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for column in ("kernel", "available", "archs", "abi", "reason"):
         result.add_column(column, overflow="fold")
     for kernel in report.kernels:

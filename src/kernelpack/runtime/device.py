@@ -49,6 +49,15 @@ class DeviceFacts:
     problem: str | None = None
     """Why no device is visible, in words, when `devices` is empty."""
 
+    def describe(self) -> str:
+        """One line: "0: NVIDIA H200 (sm_90); driver CUDA 13.0", or "none (<problem>)"."""
+        if not self.devices:
+            return f"none ({self.problem or 'no GPU found'})"
+        shown = ", ".join(f"{d.index}: {d.name} ({d.sm})" for d in self.devices)
+        if self.driver_cuda is None:
+            return shown
+        return f"{shown}; driver CUDA {self.driver_cuda[0]}.{self.driver_cuda[1]}"
+
 
 Probe = Callable[[], DeviceFacts]
 

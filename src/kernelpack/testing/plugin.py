@@ -139,13 +139,7 @@ def _header_lines(packages: list[str], *, required: bool) -> list[str]:
     from kernelpack.runtime.device import default_probe
     from kernelpack.runtime.registry import registry_for
 
-    facts = default_probe()
-    if facts.devices:
-        driver = facts.driver_cuda
-        shown = ", ".join(f"{d.index}: {d.name} ({d.sm})" for d in facts.devices)
-        device = f"{shown}; driver CUDA {driver[0]}.{driver[1]}" if driver else shown
-    else:
-        device = f"none ({facts.problem or 'no GPU found'})"
+    device = default_probe().describe()
     mode = "unavailable kernels fail" if required else "unavailable kernels skip"
     lines = [f"kernelpack: device {device}; {mode}"]
     for package in packages:

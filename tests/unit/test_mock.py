@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,3 +197,11 @@ def test_seed_pattern_inside_the_packages_own_init(root: Path) -> None:
     assert module.gemm_kernels.gemm() == "real"
     with pytest.raises(MissingNativeError):
         module.conversion_kernels.convert()
+
+
+def test_broken_module_warning_can_be_made_an_error(root: Path) -> None:
+    name = package(root, {"_native.py": "raise RuntimeError('CUDA driver too old')\n"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BrokenNativeWarning)
+        with pytest.raises(BrokenNativeWarning, match="CUDA driver too old"):
+            stub_missing(f"{name}._native")

@@ -253,11 +253,12 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // ---- Staged kernels: the 16-byte path, rows brought in by cp.async ----------------------
 //
-// Rows travel through shared memory in two stages: while a CTA reduces and writes row i,
-// row i + grid is already on its way (cp.async, no registers held). The row in flight lives
-// in shared memory, so the registers stay few and many CTAs fit on an SM: together they keep
-// enough bytes in flight to saturate HBM. Each thread copies and later reads only its own
-// vectors, so no barrier is needed between a stage's arrival and its use.
+// Rows travel through shared memory in STAGES stages: while a CTA reduces and writes row i,
+// rows i + grid ... i + (STAGES - 1) * grid are already on their way (cp.async, holding no
+// registers). The rows in flight live in shared memory, so registers stay few, many CTAs fit
+// on an SM, and together they keep enough bytes in flight to saturate HBM. Each thread copies
+// and later reads only its own 16-byte vectors, so a stage needs no barrier between its
+// arrival and its use, and shared memory is read as whole vectors (one LDS.128 each).
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -268,9 +269,10 @@ __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// Waits until this thread's copies of all but the most recent group have landed.
-__device__ __forceinline__ void cp_async_wait_all_but_one() {
-  asm volatile("cp.async.wait_group 1;\n" ::);
+// Waits until at most N of this thread's most recent copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Copies this thread's vectors of `src` (a row of `nvec` 16-byte vectors) into `dst`.
@@ -285,7 +287,7 @@ __device__ __forceinline__ void stage_row(V* dst, const V* src, int nvec) {
   }
 }
 
-template <typename T, int NV, bool RESIDUAL>
+template <typename T, int NV, int STAGES, bool RESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_staged_kernel(T* __restrict__ y, T* __restrict__ h_out,
                           float* __restrict__ rstd_out, const T* __restrict__ x,
@@ -300,6 +302,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int nvec = hidden / VEC;
   const int slot = NV * static_cast<int>(blockDim.x);
   const float inv_hidden = 1.f / static_cast<float>(hidden);
+  const int64_t grid = gridDim.x;
 
   const auto issue = [&](int64_t row, int stage) {
     if (row < rows) {
@@ -313,25 +316,33 @@ __global__ void __launch_bounds__(kMaxThreads)
     cp_async_commit();
   };
 
-  V wr[NV];
-  load_row(wr, reinterpret_cast<const V*>(w), nvec);
+  const V* w_vec = reinterpret_cast<const V*>(w);
   int64_t row = blockIdx.x;
-  issue(row, 0);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    issue(row + s * grid, s);
+  }
   int stage = 0;
-  for (; row < rows; row += gridDim.x) {
-    issue(row + gridDim.x, stage ^ 1);
-    cp_async_wait_all_but_one();
+  int parity = 0;
+  for (; row < rows; row += grid) {
+    issue(row + (STAGES - 1) * grid, stage == 0 ? STAGES - 1 : stage - 1);
+    cp_async_wait<STAGES - 1>();
     const V* xs = stages + stage * kInputs * slot;
-    const V* rs = xs + slot;
     const int64_t offset = row * hidden;
 
-    // The row normalised: x, or h = x + residual rounded to T (recomputed in pass two).
-    const auto row_value = [&](int j, int e) -> float {
+    // Vector j of the row normalised: x, or h = x + residual rounded to T. Read from shared
+    // memory in each pass rather than held, which keeps the registers (and so the CTAs an SM
+    // holds) for bytes in flight.
+    const auto row_vec = [&](int j) -> V {
+      V v = xs[j];
       if constexpr (RESIDUAL) {
-        return to_float(from_float<T>(to_float(xs[j].v[e]) + to_float(rs[j].v[e])));
-      } else {
-        return to_float(xs[j].v[e]);
+        const V r = xs[slot + j];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          v.v[e] = from_float<T>(to_float(v.v[e]) + to_float(r.v[e]));
+        }
       }
+      return v;
     };
 
     float sum_sq = 0.f;
@@ -339,19 +350,19 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int k = 0; k < NV; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       if (j < nvec) {
-        V h;
+        const V v = row_vec(j);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float v = row_value(j, e);
-          sum_sq += v * v;
-          h.v[e] = from_float<T>(v);
+          const float f = to_float(v.v[e]);
+          sum_sq += f * f;
         }
         if constexpr (RESIDUAL) {
-          reinterpret_cast<V*>(h_out + offset)[j] = h;
+          reinterpret_cast<V*>(h_out + offset)[j] = v;
         }
       }
     }
-    const float rstd = rsqrtf(block_sum(sum_sq, scratch[stage]) * inv_hidden + eps);
+    const float rstd = rsqrtf(block_sum(sum_sq, scratch[parity]) * inv_hidden + eps);
+    parity ^= 1;
     if (threadIdx.x == 0) {
       rstd_out[row] = rstd;
     }
@@ -359,35 +370,39 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int k = 0; k < NV; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       if (j < nvec) {
+        const V v = row_vec(j);
+        const V wv = w_vec[j];
         V out;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          out.v[e] = from_float<T>(row_value(j, e) * rstd * to_float(wr[k].v[e]));
+          out.v[e] = from_float<T>(to_float(v.v[e]) * rstd * to_float(wv.v[e]));
         }
         reinterpret_cast<V*>(y + offset)[j] = out;
       }
     }
-    stage ^= 1;
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
   }
 }
 
-template <typename T, int NV, bool DRESIDUAL>
+template <typename T, int NV, int STAGES, bool DRESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_staged_kernel(T* __restrict__ dx, float* __restrict__ dw_partial,
                            const T* __restrict__ dy, const T* __restrict__ x,
                            const T* __restrict__ w, const float* __restrict__ rstd,
                            const T* __restrict__ dresidual, int64_t rows, int hidden) {
   constexpr int VEC = kVec16<T>;
+  constexpr int kQuads = NV * VEC / 4;  // float4s of dw share a thread
   using V = Vec<T, VEC>;
   extern __shared__ uint4 stage_mem[];
   __shared__ float scratch[2][32];
   const int threads = static_cast<int>(blockDim.x);
   const int slot = NV * threads;
-  // [NV * VEC][threads] fp32 dw share (each thread owns its column), then 2 stages x {x, dy}.
-  float* acc = reinterpret_cast<float*>(stage_mem);
-  V* stages = reinterpret_cast<V*>(acc + NV * VEC * threads);
+  // [kQuads][threads] float4 dw share (each thread owns its columns), then STAGES x {x, dy}.
+  float4* acc = reinterpret_cast<float4*>(stage_mem);
+  V* stages = reinterpret_cast<V*>(acc + kQuads * threads);
   const int nvec = hidden / VEC;
   const float inv_hidden = 1.f / static_cast<float>(hidden);
+  const int64_t grid = gridDim.x;
 
   const auto issue = [&](int64_t row, int stage) {
     if (row < rows) {
@@ -399,61 +414,81 @@ __global__ void __launch_bounds__(kMaxThreads)
     cp_async_commit();
   };
 
-  V wr[NV];
-  load_row(wr, reinterpret_cast<const V*>(w), nvec);
+  const V* w_vec = reinterpret_cast<const V*>(w);
 #pragma unroll
-  for (int i = 0; i < NV * VEC; ++i) {
-    acc[i * threads + threadIdx.x] = 0.f;
+  for (int q = 0; q < kQuads; ++q) {
+    acc[q * threads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   int64_t row = blockIdx.x;
-  issue(row, 0);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    issue(row + s * grid, s);
+  }
   int stage = 0;
-  for (; row < rows; row += gridDim.x) {
-    issue(row + gridDim.x, stage ^ 1);
+  int parity = 0;
+  for (; row < rows; row += grid) {
+    issue(row + (STAGES - 1) * grid, stage == 0 ? STAGES - 1 : stage - 1);
     const int64_t offset = row * hidden;
-    V drr[NV];
-    if constexpr (DRESIDUAL) {
-      load_row(drr, reinterpret_cast<const V*>(dresidual + offset), nvec);
-    }
     const float r = rstd[row];
-    cp_async_wait_all_but_one();
+    cp_async_wait<STAGES - 1>();
     const V* xs = stages + (stage * 2) * slot;
     const V* dys = xs + slot;
 
+    // x and dy are read from shared memory in each pass rather than held in registers.
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int j = threadIdx.x + k * threads;
       if (j < nvec) {
+        const V xv = xs[j];
+        const V dyv = dys[j];
+        const V wv = w_vec[j];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          dot += to_float(dys[j].v[e]) * to_float(wr[k].v[e]) * to_float(xs[j].v[e]);
+          dot += to_float(dyv.v[e]) * to_float(wv.v[e]) * to_float(xv.v[e]);
         }
       }
     }
     // mean(g * xhat) = r * mean(dy * w * x)
-    const float c = block_sum(dot, scratch[stage]) * r * inv_hidden;
+    const float c = block_sum(dot, scratch[parity]) * r * inv_hidden;
+    parity ^= 1;
 
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int j = threadIdx.x + k * threads;
       if (j < nvec) {
+        const V xv = xs[j];
+        const V dyv = dys[j];
+        const V wv = w_vec[j];
+        V drv;
+        if constexpr (DRESIDUAL) {
+          drv = reinterpret_cast<const V*>(dresidual + offset)[j];
+        }
         V out;
+        float grad_w[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float xhat = to_float(xs[j].v[e]) * r;
-          const float g = to_float(dys[j].v[e]);
-          float d = r * g * to_float(wr[k].v[e]) - xhat * c * r;
+          const float xhat = to_float(xv.v[e]) * r;
+          const float g = to_float(dyv.v[e]);
+          float d = r * g * to_float(wv.v[e]) - xhat * c * r;
           if constexpr (DRESIDUAL) {
-            d += to_float(drr[k].v[e]);
+            d += to_float(drv.v[e]);
           }
           out.v[e] = from_float<T>(d);
-          acc[(k * VEC + e) * threads + threadIdx.x] += g * xhat;
+          grad_w[e] = g * xhat;
         }
         reinterpret_cast<V*>(dx + offset)[j] = out;
+#pragma unroll
+        for (int q = 0; q < VEC / 4; ++q) {
+          float4& a = acc[(k * VEC / 4 + q) * threads + threadIdx.x];
+          a.x += grad_w[4 * q];
+          a.y += grad_w[4 * q + 1];
+          a.z += grad_w[4 * q + 2];
+          a.w += grad_w[4 * q + 3];
+        }
       }
     }
-    stage ^= 1;
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
   }
 
   float* partial = dw_partial + static_cast<int64_t>(blockIdx.x) * hidden;
@@ -462,8 +497,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int j = threadIdx.x + k * threads;
     if (j < nvec) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        partial[j * VEC + e] = acc[(k * VEC + e) * threads + threadIdx.x];
+      for (int q = 0; q < VEC / 4; ++q) {
+        reinterpret_cast<float4*>(partial + j * VEC)[q] =
+            acc[(k * VEC / 4 + q) * threads + threadIdx.x];
       }
     }
   }
@@ -581,6 +617,54 @@ void launch_resident(void (*fn)(Args...), int threads, size_t smem, int64_t rows
 // Shared memory the static arrays of a kernel use besides its dynamic share.
 constexpr size_t kStaticSmem = 1024;
 
+// Stages for a staged kernel whose CTA has `threads` threads, `fixed` bytes of dynamic
+// shared memory besides its stages and `stage_bytes` a stage: the count that keeps the most
+// bytes in flight per SM (CTAs resident x stages ahead), or 0 when not even 2 stages fit.
+int pick_stages(int threads, size_t fixed, size_t stage_bytes) {
+  const size_t limit = static_cast<size_t>(max_dynamic_smem());
+  constexpr size_t kSmPerSm = 228 * 1024;
+  int best = 0;
+  size_t best_flight = 0;
+  for (int stages = 2; stages <= 4; ++stages) {
+    const size_t smem = fixed + stages * stage_bytes;
+    if (smem + kStaticSmem > limit) {
+      break;
+    }
+    const size_t by_threads = 2048 / static_cast<size_t>(threads);
+    const size_t by_smem = kSmPerSm / (smem + kStaticSmem);
+    const size_t flight = std::min(by_threads, by_smem) * (stages - 1) * stage_bytes;
+    if (flight > best_flight) {
+      best = stages;
+      best_flight = flight;
+    }
+  }
+  return best;
+}
+
+template <typename T, int NV, int STAGES, bool RESIDUAL>
+void forward_staged(const ForwardArgs& a, int threads, size_t smem, cudaStream_t stream) {
+  launch_resident(forward_staged_kernel<T, NV, STAGES, RESIDUAL>, threads, smem, a.rows,
+                  stream, static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd,
+                  static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
+                  static_cast<const T*>(a.w), a.rows, static_cast<int>(a.hidden), a.eps);
+}
+
+template <typename T, int NV, bool RESIDUAL>
+void forward_staged_any(const ForwardArgs& a, int stages, int threads, size_t stage_bytes,
+                        cudaStream_t stream) {
+  switch (stages) {
+    case 2:
+      forward_staged<T, NV, 2, RESIDUAL>(a, threads, 2 * stage_bytes, stream);
+      break;
+    case 3:
+      forward_staged<T, NV, 3, RESIDUAL>(a, threads, 3 * stage_bytes, stream);
+      break;
+    default:
+      forward_staged<T, NV, 4, RESIDUAL>(a, threads, 4 * stage_bytes, stream);
+      break;
+  }
+}
+
 template <typename T>
 void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   if (!can_vectorise<T>(a.hidden, {a.y, a.h, a.x, a.residual, a.w})) {
@@ -591,22 +675,14 @@ void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   constexpr int NV = kMaxElemsPerThread / VEC;
   const int threads = threads_for<VEC, NV>(a.hidden);
   const bool residual = a.residual != nullptr;
-  const size_t smem = 2 * (residual ? 2 : 1) * static_cast<size_t>(NV) * threads * 16;
-  if (smem + kStaticSmem > static_cast<size_t>(max_dynamic_smem())) {
+  const size_t stage_bytes = (residual ? 2 : 1) * static_cast<size_t>(NV) * threads * 16;
+  const int stages = pick_stages(threads, 0, stage_bytes);
+  if (stages == 0) {
     forward_vec<T, VEC>(a, stream);
-    return;
-  }
-  const int hidden = static_cast<int>(a.hidden);
-  if (residual) {
-    launch_resident(forward_staged_kernel<T, NV, true>, threads, smem, a.rows, stream,
-                    static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd,
-                    static_cast<const T*>(a.x), static_cast<const T*>(a.residual),
-                    static_cast<const T*>(a.w), a.rows, hidden, a.eps);
+  } else if (residual) {
+    forward_staged_any<T, NV, true>(a, stages, threads, stage_bytes, stream);
   } else {
-    launch_resident(forward_staged_kernel<T, NV, false>, threads, smem, a.rows, stream,
-                    static_cast<T*>(a.y), static_cast<T*>(nullptr), a.rstd,
-                    static_cast<const T*>(a.x), static_cast<const T*>(nullptr),
-                    static_cast<const T*>(a.w), a.rows, hidden, a.eps);
+    forward_staged_any<T, NV, false>(a, stages, threads, stage_bytes, stream);
   }
 }
 
@@ -631,6 +707,18 @@ BackwardKernel pick_backward_nv(int64_t nvec) {
           static_cast<size_t>(NV) * VEC * threads * sizeof(float)};
 }
 
+template <typename T, int NV, bool DRESIDUAL>
+const void* backward_staged_fn(int stages) {
+  switch (stages) {
+    case 2:
+      return reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, 2, DRESIDUAL>);
+    case 3:
+      return reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, 3, DRESIDUAL>);
+    default:
+      return reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, 4, DRESIDUAL>);
+  }
+}
+
 template <typename T>
 BackwardKernel pick_backward(const BackwardArgs& a) {
   const bool vec = can_vectorise<T>(a.hidden, {a.dx, a.dy, a.x, a.w, a.dresidual});
@@ -639,12 +727,13 @@ BackwardKernel pick_backward(const BackwardArgs& a) {
     constexpr int VEC = kVec16<T>;
     constexpr int NV = kMaxElemsPerThread / VEC;
     const int threads = threads_for<VEC, NV>(a.hidden);
-    // fp32 dw share + 2 stages of {x, dy}
-    const size_t smem = static_cast<size_t>(NV) * threads * (VEC * sizeof(float) + 2 * 2 * 16);
-    if (smem + kStaticSmem <= static_cast<size_t>(max_dynamic_smem())) {
-      const void* fn = dres ? reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, true>)
-                            : reinterpret_cast<const void*>(&backward_staged_kernel<T, NV, false>);
-      return {fn, threads, smem};
+    const size_t acc_bytes = static_cast<size_t>(NV) * threads * VEC * sizeof(float);
+    const size_t stage_bytes = 2 * static_cast<size_t>(NV) * threads * 16;  // x and dy
+    const int stages = pick_stages(threads, acc_bytes, stage_bytes);
+    if (stages != 0) {
+      const void* fn = dres ? backward_staged_fn<T, NV, true>(stages)
+                            : backward_staged_fn<T, NV, false>(stages);
+      return {fn, threads, acc_bytes + stages * stage_bytes};
     }
     const int64_t nvec = a.hidden / VEC;
     return dres ? pick_backward_nv<T, VEC, 1, true>(nvec)

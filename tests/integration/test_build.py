@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -285,3 +288,47 @@ def test_cli_inplace_noop_prints_nothing_to_do(
     monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
     assert main(["build", str(tree), "--inplace"]) == 0
     assert "nothing to do" in capfd.readouterr().err
+
+
+def _compiler_running(session: int) -> bool:
+    """Whether a compiler process (nvcc's stages included) runs in `session`."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[3]) == session and comm in {"cicc", "cudafe++", "ptxas", "cc1plus"}:
+            return True
+    return False
+
+
+def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> None:
+    library = _library(tree, "scale")
+    before = library.read_bytes()
+    header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
+    header.write_text(header.read_text().replace("256", "64"))  # a real (uncached) compile
+    proc = subprocess.Popen(
+        [Path(sys.executable).parent / "kernelpack", "build", tree, "--inplace"],
+        env=_env(ccache_dir),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not _compiler_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    proc.communicate(timeout=60)
+    allowed = {".lock", ".ninja_deps", ".ninja_log"}
+    stray = [
+        p.relative_to(tree)
+        for p in tree.rglob("*")
+        if p.is_file() and (p.suffix == ".tmp" or p.name.startswith(".")) and p.name not in allowed
+    ]
+    assert proc.returncode != 0
+    assert library.read_bytes() == before
+    assert stray == []
+    # The lock died with its holder: the next build runs and finishes the job.
+    assert _compiled(_build(tree, _env(ccache_dir))) == {"obj/scale/scale/csrc/scale.cu.o"}

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -89,10 +90,18 @@ def _edit(root: Path) -> None:
     source.write_text(text)
 
 
-def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+#: CPU seconds (user + sys, children included) of each timed command, by the same keys.
+CPU: dict[str, float] = {}
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str], label: str = "") -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU[label] = cpu
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
@@ -108,7 +117,7 @@ class _Tool:
     def prepare(self, root: Path) -> None:
         """Anything the tool needs in a fresh copy."""
 
-    def build(self, root: Path) -> float:
+    def build(self, root: Path, label: str) -> float:
         raise NotImplementedError
 
 
@@ -123,28 +132,29 @@ class _BuildExtension(_Tool):
         text = _SETUP.format(kernels=_kernels(), include_dirs=self.include_dirs)
         (root / "setup.py").write_text(text)
 
-    def build(self, root: Path) -> float:
-        return _timed([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], root, self.env)
+    def build(self, root: Path, label: str) -> float:
+        cmd = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+        return _timed(cmd, root, self.env, label)
 
 
 class _Kernelpack(_Tool):
     name = "kernelpack"
 
-    def build(self, root: Path) -> float:
-        return _timed([str(KERNELPACK), "build", str(root), "--inplace"], root, self.env)
+    def build(self, root: Path, label: str) -> float:
+        return _timed([str(KERNELPACK), "build", str(root), "--inplace"], root, self.env, label)
 
 
 def _scenarios(tool: _Tool, work: Path) -> dict[str, float]:
     times: dict[str, float] = {}
     first = _copy(work / tool.name / "clone1" / "kpbench")
     tool.prepare(first)
-    times["cold"] = tool.build(first)
+    times["cold"] = tool.build(first, f"{tool.name}/cold")
     second = _copy(work / tool.name / "elsewhere" / "clone2" / "kpbench")
     tool.prepare(second)
-    times["warm_fresh_clone"] = tool.build(second)
-    times["noop"] = tool.build(second)
+    times["warm_fresh_clone"] = tool.build(second, f"{tool.name}/warm_fresh_clone")
+    times["noop"] = tool.build(second, f"{tool.name}/noop")
     _edit(second)
-    times["one_kernel_edited"] = tool.build(second)
+    times["one_kernel_edited"] = tool.build(second, f"{tool.name}/one_kernel_edited")
     return times
 
 
@@ -191,6 +201,7 @@ def main() -> int:
 
     console = Console()
     results: dict[str, dict[str, float]] = {}
+    load: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kp-build-speed-") as tmp:
         work = Path(tmp)
         for tool_name in ("BuildExtension", "kernelpack"):
@@ -205,7 +216,9 @@ def main() -> int:
             else:
                 tool = _Kernelpack(env)
             console.print(f"[bold]{tool_name}[/]: building {len(_kernels())} kernels …")
+            load[f"{tool_name}/before"] = os.getloadavg()[0]
             results[tool_name] = _scenarios(tool, work)
+            load[f"{tool_name}/after"] = os.getloadavg()[0]
             console.print(results[tool_name])
 
     be, kp = results["BuildExtension"], results["kernelpack"]
@@ -224,6 +237,9 @@ def main() -> int:
         table.add_row(s, f"{be[s]:.1f}", f"{kp[s]:.2f}", f"{ratios[s]:.2f}x")
     console.print(table)
     warm_over_cold = kp["warm_fresh_clone"] / kp["cold"]
+    for t in results:
+        cpu, wall = CPU[f"{t}/cold"], results[t]["cold"]
+        console.print(f"{t} cold: {cpu:.0f} CPU s in {wall:.0f} s ({cpu / wall:.2f} cores busy)")
     console.print(f"kernelpack warm fresh clone / its cold: {warm_over_cold:.3f}x")
     for name, met in targets.items():
         console.print(f"{'[green]met[/]' if met else '[red]missed[/]'}  {name}")
@@ -238,6 +254,9 @@ def main() -> int:
         "ratio_kernelpack_over_buildextension": ratios,
         "kernelpack_warm_fresh_clone_over_cold": warm_over_cold,
         "targets": targets,
+        "cpu_seconds": CPU,
+        "cores_busy_cold": {t: CPU[f"{t}/cold"] / results[t]["cold"] for t in results},
+        "load_average_1min": load,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(payload, indent=2) + "\n")

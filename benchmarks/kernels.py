@@ -309,8 +309,15 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
-def run(tokens: Sequence[int], hiddens: Sequence[int], min_replays: int) -> dict[str, Any]:
-    """Measure every case; returns the JSON-ready result."""
+def run(
+    tokens: Sequence[int],
+    hiddens: Sequence[int],
+    min_replays: int,
+    ops: Sequence[str] | None = None,
+    impls: Sequence[str] = IMPLS,
+    copy_ceiling: float | None = None,
+) -> dict[str, Any]:
+    """Measure every case (or the `ops` named); returns the JSON-ready result."""
     import llm_ops
 
     for name, value in (("recompile_limit", 1024), ("cache_size_limit", 1024)):
@@ -319,9 +326,9 @@ def run(tokens: Sequence[int], hiddens: Sequence[int], min_replays: int) -> dict
     torch._dynamo.config.automatic_dynamic_shapes = False
     rmsnorm = llm_ops.load("rmsnorm")
     silu_mul = llm_ops.load("silu_mul")
-    cases = make_cases(rmsnorm, silu_mul)
+    cases = [c for c in make_cases(rmsnorm, silu_mul) if ops is None or c.name in ops]
 
-    sweep = copy_sweep(min_replays)
+    sweep = {"given": copy_ceiling * 1e12} if copy_ceiling else copy_sweep(min_replays)
     peak = max(sweep.values())
     for size, bw in sweep.items():
         print(f"device-to-device copy {size:>10}: {bw / 1e12:.2f} TB/s", flush=True)
@@ -348,6 +355,8 @@ def run(tokens: Sequence[int], hiddens: Sequence[int], min_replays: int) -> dict
                     "impls": {},
                 }
                 for impl, fn in case.impls.items():
+                    if impl not in impls:
+                        continue
                     try:
                         seconds = time_calls(fn, sets, min_replays)
                     except Exception as exc:  # a failing baseline is reported, not fatal
@@ -409,7 +418,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "tokens": largest["tokens"],
             "hidden": largest["hidden"],
             "fraction_of_copy": {
-                impl: largest["impls"][impl].get("fraction_of_copy") for impl in IMPLS
+                impl: largest["impls"].get(impl, {}).get("fraction_of_copy") for impl in IMPLS
             },
         }
         summary[op] = entry
@@ -422,7 +431,7 @@ def _row_line(row: dict[str, Any], seconds: float) -> str:
         res = row["impls"].get(impl, {})
         if "us" in res:
             parts.append(f"{impl} {res['us']:9.1f}us {res['fraction_of_copy']:5.2f}")
-        else:
+        elif "error" in res:
             parts.append(f"{impl} failed")
     parts.append(f"copy@size {row['copy_same_bytes_tbps']:.2f}TB/s ({seconds:.1f}s)")
     return "  ".join(parts)
@@ -467,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer shapes (a smoke run)")
     parser.add_argument("--tokens", help="comma-separated token counts (overrides the default)")
     parser.add_argument("--hidden", help="comma-separated hidden sizes (overrides the default)")
+    parser.add_argument("--ops", help="comma-separated ops to run (default: all)")
+    parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated implementations")
+    parser.add_argument("--copy-ceiling", type=float, help="TB/s; skips the copy sweep")
     parser.add_argument("--min-replays", type=int, default=20)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -478,7 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokens = tuple(int(v) for v in args.tokens.split(","))
     if args.hidden:
         hiddens = tuple(int(v) for v in args.hidden.split(","))
-    result = run(tokens, hiddens, args.min_replays)
+    ops = args.ops.split(",") if args.ops else None
+    result = run(tokens, hiddens, args.min_replays, ops, args.impls.split(","), args.copy_ceiling)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result["summary"], indent=2))

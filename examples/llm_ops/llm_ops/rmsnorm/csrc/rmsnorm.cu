@@ -1,13 +1,18 @@
-// RMSNorm forward and backward: one pass over each row, the row held in registers.
+// RMSNorm forward and backward: one pass over each row.
 //
-// Forward: one CTA a row; each thread loads its slice (16-byte vectors when the row is
-// aligned), the sum of squares is reduced over the CTA, and the same registers are scaled
-// and stored. Global memory traffic is the minimum: x (+ residual) read once, y (+ h)
-// written once, plus 4 bytes of rstd a row.
+// Rows whose bytes are a multiple of 16 (and 16-byte aligned pointers) take the staged
+// kernels: a persistent grid (as many CTAs as fit on the device) walks the rows with a grid
+// stride; each CTA copies its next row into shared memory with cp.async while it reduces and
+// writes the current one, reading the row as 16-byte vectors. Global memory traffic is the
+// minimum: x (+ residual) read once, y (+ h) written once, plus 4 bytes of rstd a row; the
+// backward reads x and dy once and writes dx once.
 //
-// Backward: a persistent grid. Each CTA walks rows with a grid stride, keeps w in registers
-// and accumulates its share of dw in fp32 registers (each thread owns fixed columns), then
-// writes one partial row; a small kernel sums the partials into dw.
+// The backward keeps each CTA's share of dw in fp32 shared memory (each thread owns fixed
+// columns, so no atomics), writes one partial row per CTA, and a small kernel sums the
+// partials into dw: deterministic, and graph-capturable.
+//
+// Other rows (odd hidden sizes, unaligned views) take the register kernels, which hold a row
+// slice in registers (up to 16 elements a thread, 1024 threads: hidden <= 16384).
 #include "rmsnorm.h"
 
 #include <algorithm>
@@ -18,7 +23,21 @@ namespace llm_ops::rmsnorm {
 namespace {
 
 constexpr int kMaxThreads = 1024;
+// Elements a thread of the register kernels holds (more would spill at 1024 threads).
 constexpr int kMaxElemsPerThread = 16;
+
+// Tuning of the staged kernels, measured on an H200 (docs/llm_ops.md): elements a thread
+// handles per row (16 beat 8 and 32), and the stages (2 beat 3-4 chosen for bytes in flight:
+// more CTAs an SM beat deeper pipelines, by up to 16% for the backward; 0 = choose).
+#ifndef LLM_OPS_STAGED_ELEMS
+#define LLM_OPS_STAGED_ELEMS 16
+#endif
+#ifndef LLM_OPS_STAGES
+#define LLM_OPS_STAGES 2
+#endif
+
+constexpr int kStagedElemsPerThread = LLM_OPS_STAGED_ELEMS;
+constexpr int kForcedStages = LLM_OPS_STAGES;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -264,6 +283,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
 }
+
+
 
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -630,6 +651,9 @@ int pick_stages(int threads, size_t fixed, size_t stage_bytes) {
     if (smem + kStaticSmem > limit) {
       break;
     }
+    if (kForcedStages != 0 && stages != kForcedStages) {
+      continue;
+    }
     const size_t by_threads = 2048 / static_cast<size_t>(threads);
     const size_t by_smem = kSmPerSm / (smem + kStaticSmem);
     const size_t flight = std::min(by_threads, by_smem) * (stages - 1) * stage_bytes;
@@ -672,13 +696,13 @@ void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
     return;
   }
   constexpr int VEC = kVec16<T>;
-  constexpr int NV = kMaxElemsPerThread / VEC;
+  constexpr int NV = kStagedElemsPerThread / VEC;
   const int threads = threads_for<VEC, NV>(a.hidden);
   const bool residual = a.residual != nullptr;
   const size_t stage_bytes = (residual ? 2 : 1) * static_cast<size_t>(NV) * threads * 16;
   const int stages = pick_stages(threads, 0, stage_bytes);
   if (stages == 0) {
-    forward_vec<T, VEC>(a, stream);
+    forward_vec<T, VEC>(a, stream);  // the register kernel (kMaxElemsPerThread)
   } else if (residual) {
     forward_staged_any<T, NV, true>(a, stages, threads, stage_bytes, stream);
   } else {
@@ -725,7 +749,7 @@ BackwardKernel pick_backward(const BackwardArgs& a) {
   const bool dres = a.dresidual != nullptr;
   if (vec) {
     constexpr int VEC = kVec16<T>;
-    constexpr int NV = kMaxElemsPerThread / VEC;
+    constexpr int NV = kStagedElemsPerThread / VEC;
     const int threads = threads_for<VEC, NV>(a.hidden);
     const size_t acc_bytes = static_cast<size_t>(NV) * threads * VEC * sizeof(float);
     const size_t stage_bytes = 2 * static_cast<size_t>(NV) * threads * 16;  // x and dy

@@ -1,0 +1,155 @@
+"""examples/llm_ops on a machine without a GPU: it builds, installs, imports and says why not.
+
+Builds the real package with the real nvcc into a stable-ABI wheel (once per module), installs
+it into a private folder and checks it from fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "llm_ops"
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    pytest.importorskip("torch")
+    project = tmp_path_factory.mktemp("src") / "llm_ops"
+    shutil.copytree(
+        EXAMPLE,
+        project,
+        ignore=shutil.ignore_patterns("build", "*.so", "_kernelpack.json", "__pycache__"),
+    )
+    out = tmp_path_factory.mktemp("wheels")
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (built,) = out.glob("llm_ops-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def site(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
+        check=True,
+        timeout=300,
+    )
+    return target
+
+
+def _python(site: Path, code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        cwd=site,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_wheel_is_tagged_for_the_stable_abi(wheel: Path) -> None:
+    assert re.fullmatch(r"llm_ops-0\.1\.0\+cu\d+stable2\.10-cp\d+-abi3-linux_\w+\.whl", wheel.name)
+
+
+def test_wheel_holds_both_kernels_and_the_build_record(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"llm_ops/rmsnorm/_C.abi3.so", "llm_ops/silu_mul/_C.abi3.so"} <= names
+    assert "llm_ops/_kernelpack.json" in names
+
+
+def test_installed_package_reports_no_device_for_each_kernel(site: Path) -> None:
+    if _has_gpu():
+        pytest.skip("this machine has a GPU")
+    status = json.loads(_python(site, "import json, llm_ops; print(json.dumps(llm_ops.status()))"))
+    assert set(status) == {"rmsnorm", "silu_mul"}
+    assert all(value.startswith("no-device") for value in status.values()), status
+
+
+def test_rmsnorm_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
+    out = _python(
+        site,
+        """
+        import json, torch
+        from llm_ops import rmsnorm
+        x = torch.empty(3, 5, 72, device="meta", dtype=torch.bfloat16, requires_grad=True)
+        r = torch.empty(3, 5, 72, device="meta", dtype=torch.bfloat16)
+        w = torch.empty(72, device="meta", dtype=torch.bfloat16, requires_grad=True)
+        y = rmsnorm.rms_norm(x, w)
+        y2, h = rmsnorm.rms_norm(x, w, residual=r)
+        (y.sum() + y2.sum() + h.sum()).backward()
+        print(json.dumps([[list(t.shape), str(t.dtype), t.device.type]
+                          for t in (y, y2, h, x.grad, w.grad)]))
+        """,
+    )
+    bf16 = "torch.bfloat16"
+    assert json.loads(out) == [
+        [[3, 5, 72], bf16, "meta"],
+        [[3, 5, 72], bf16, "meta"],
+        [[3, 5, 72], bf16, "meta"],
+        [[3, 5, 72], bf16, "meta"],
+        [[72], bf16, "meta"],
+    ]
+
+
+def test_silu_mul_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
+    out = _python(
+        site,
+        """
+        import json, torch
+        from llm_ops import silu_mul
+        x = torch.empty(4, 7, 2 * 11, device="meta", dtype=torch.float16, requires_grad=True)
+        out = silu_mul.silu_mul(x)
+        out.sum().backward()
+        print(json.dumps([[list(t.shape), str(t.dtype)] for t in (out, x.grad)]))
+        """,
+    )
+    assert json.loads(out) == [[[4, 7, 11], "torch.float16"], [[4, 7, 22], "torch.float16"]]
+
+
+def test_requirements_are_exported(site: Path) -> None:
+    out = _python(
+        site,
+        """
+        import json, torch
+        from llm_ops import rmsnorm, silu_mul
+        print(json.dumps([
+            rmsnorm.MAX_HIDDEN, rmsnorm.ALIGNMENT,
+            rmsnorm.unsupported_shape_reason((2, 4096), torch.bfloat16),
+            rmsnorm.unsupported_shape_reason((2, rmsnorm.MAX_HIDDEN + 1), torch.bfloat16)
+            is not None,
+            silu_mul.unsupported_shape_reason((2, 7), torch.bfloat16) is not None,
+        ]))
+        """,
+    )
+    assert json.loads(out) == [16384, 16, None, True, True]

@@ -2,7 +2,7 @@
 
 import torch
 
-from . import _C
+from . import _C  # noqa: F401  (loading the library registers the ops)
 
 __all__ = ["addone"]
 

@@ -469,9 +469,42 @@ def chart(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def markdown_table(result: dict[str, Any]) -> str:
+    """The results as a Markdown table: time and fraction of copy bandwidth per implementation."""
+    lines = [
+        "| op | tokens x hidden | llm_ops us | eager us | compile us "
+        "| llm_ops / copy | eager / copy | compile / copy | vs eager | vs compile |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in result["results"]:
+        impls = row["impls"]
+
+        def cell(impl: str, key: str, fmt: str, impls: dict[str, Any] = impls) -> str:
+            value = impls.get(impl, {}).get(key)
+            return format(value, fmt) if value is not None else "-"
+
+        def ratio(base: str, impls: dict[str, Any] = impls) -> str:
+            if "us" in impls.get(base, {}) and "us" in impls.get("llm_ops", {}):
+                return f"{impls[base]['us'] / impls['llm_ops']['us']:.2f}x"
+            return "-"
+
+        lines.append(
+            f"| {row['op']} | {row['tokens']} x {row['hidden']} "
+            f"| {cell('llm_ops', 'us', '.1f')} | {cell('eager', 'us', '.1f')} "
+            f"| {cell('compile', 'us', '.1f')} | {cell('llm_ops', 'fraction_of_copy', '.2f')} "
+            f"| {cell('eager', 'fraction_of_copy', '.2f')} "
+            f"| {cell('compile', 'fraction_of_copy', '.2f')} | {ratio('eager')} "
+            f"| {ratio('compile')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="JSON results file")
+    parser.add_argument("--out", type=Path, help="JSON results file")
+    parser.add_argument(
+        "--table", type=Path, help="print the Markdown table of an existing results file"
+    )
     parser.add_argument("--png", type=Path, help="bar chart (needs matplotlib)")
     parser.add_argument("--quick", action="store_true", help="fewer shapes (a smoke run)")
     parser.add_argument("--tokens", help="comma-separated token counts (overrides the default)")
@@ -481,6 +514,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--copy-ceiling", type=float, help="TB/s; skips the copy sweep")
     parser.add_argument("--min-replays", type=int, default=20)
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(markdown_table(json.loads(args.table.read_text(encoding="utf-8"))), end="")
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
     if not torch.cuda.is_available():
         print("kernels.py: no CUDA device", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ Usage: ``python benchmarks/kernels.py --out results.json [--png chart.png] [--qu
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import platform
@@ -305,6 +306,13 @@ def _driver() -> str | None:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
@@ -378,7 +386,7 @@ def run(
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "llm_ops": getattr(sys.modules.get("llm_ops"), "__file__", None),
+        "llm_ops": _version("llm_ops"),
         "dtype": str(DTYPE).removeprefix("torch."),
         "copy_peak_tbps": peak / 1e12,
         "copy_sweep_tbps": {size: bw / 1e12 for size, bw in sweep.items()},

@@ -332,3 +332,29 @@ def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> Non
     assert stray == []
     # The lock died with its holder: the next build runs and finishes the job.
     assert _compiled(_build(tree, _env(ccache_dir))) == {"obj/scale/scale/csrc/scale.cu.o"}
+
+
+def test_depends_puts_the_dependency_headers_on_the_include_path(
+    tree: Path, ccache_dir: Path
+) -> None:
+    headers = tree / "third_party" / "mydep"
+    headers.mkdir(parents=True)
+    (headers / "mydep.h").write_text("#pragma once\n#define MYDEP_FACTOR 3.0f\n")
+    pyproject = tree / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.kernelpack.deps]\nmydep = "third_party/mydep"\n'
+    )
+    manifest = tree / "kpdemo" / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'sources = ["csrc/scale.cu"]', 'sources = ["csrc/scale.cu"]\ndepends = ["mydep"]'
+        )
+    )
+    source = tree / "kpdemo" / "scale" / "csrc" / "scale.cu"
+    source.write_text(
+        "#include <mydep.h>\n" + source.read_text().replace("* factor;", "* factor * MYDEP_FACTOR;")
+    )
+    result = _build(tree, _env(ccache_dir))
+    compiled = _compiled(result)
+    assert "obj/scale/scale/csrc/scale.cu.o" in compiled
+    assert {o.split("/")[1] for o in compiled} == {"scale"}

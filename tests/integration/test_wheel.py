@@ -250,3 +250,17 @@ def test_record_in_wheel_is_the_build_record(classic_wheel: Path) -> None:
     assert data["schema"] == 1
     assert data["version"] == _metadata_version(classic_wheel)
     assert set(data["kernels"]) == {"scale", "addone"}
+
+
+def test_missing_torch_error_says_to_build_without_isolation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelpack.errors import PlanError
+
+    def no_torch(*args: object, **kwargs: object) -> None:
+        raise PlanError("cannot build scale, addone: No module named 'torch'")
+
+    monkeypatch.chdir(_copy(tmp_path / "kpdemo"))
+    monkeypatch.setattr(engine, "plan_project", no_torch)
+    with pytest.raises(PlanError, match="--no-build-isolation"):
+        backend.prepare_metadata_for_build_wheel(str(tmp_path))

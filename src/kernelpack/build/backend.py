@@ -12,13 +12,15 @@ CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from kernelpack.build import engine
 from kernelpack.build.sdist import write_sdist
 from kernelpack.build.wheel import wheel_tag, write_dist_info, write_wheel
-from kernelpack.errors import UsageError
+from kernelpack.errors import PlanError, UsageError
 from kernelpack.project import Project, locate
 
 __all__ = [
@@ -41,6 +43,20 @@ _WHEEL_REQUIRES = ["kernelpack", "ninja>=1.11"]
 
 def _project() -> Project:
     return locate(Path.cwd())
+
+
+@contextmanager
+def _explain_isolation() -> Iterator[None]:
+    """Say how to fix the usual failure: an isolated build environment has no torch."""
+    try:
+        yield
+    except PlanError as exc:
+        if "torch" not in str(exc):
+            raise
+        raise PlanError(
+            f"{exc}; build without isolation (pip/uv --no-build-isolation) so the build "
+            "sees the torch the kernels compile against"
+        ) from None
 
 
 def _selection(config: ConfigSettings) -> dict[str, Any]:
@@ -79,7 +95,8 @@ def _prepare_metadata(metadata_directory: str, config_settings: ConfigSettings) 
     project = _project()
     options = _selection(config_settings)
     options.pop("jobs", None)
-    plan = engine.plan_project(project, **options)
+    with _explain_isolation():
+        plan = engine.plan_project(project, **options)
     version = engine.project_version(project, plan)
     tag = wheel_tag(plan, engine.python_floor(project))
     return write_dist_info(project, version, Path(metadata_directory), tag)
@@ -106,7 +123,8 @@ def build_wheel(
 ) -> str:
     """Compile every planned kernel and write the wheel; return its file name."""
     project = _project()
-    result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+    with _explain_isolation():
+        result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
     return write_wheel(project, result, Path(wheel_directory)).name
 
 
@@ -118,7 +136,8 @@ def build_editable(
     """PEP 660: compile in place (libraries and record into the source tree) and return a
     wheel whose `.pth` puts the source tree on `sys.path`."""
     project = _project()
-    result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+    with _explain_isolation():
+        result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
     engine.install_inplace(result)
     path = write_wheel(
         project, result, Path(wheel_directory), editable_path=project.package_dir.parent

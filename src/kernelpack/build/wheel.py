@@ -19,7 +19,7 @@ from packaging.metadata import Metadata, RawMetadata
 from packaging.tags import Tag, interpreter_name, interpreter_version
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from wheel.wheelfile import WheelFile  # type: ignore[import-untyped]
+from wheel.wheelfile import WheelFile
 
 from kernelpack import __version__
 from kernelpack.build.engine import BuildResult, python_floor

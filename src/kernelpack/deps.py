@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from kernelpack.project import Project
     from kernelpack.settings import Settings
 
-__all__ = ["BUILTIN_DEPS", "env_var", "known_deps", "resolve"]
+__all__ = ["BUILTIN_DEPS", "env_var", "include_dirs", "known_deps", "resolve"]
 
 #: Built-in dependency name -> the Python package (wheel) that ships its headers.
 BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
@@ -62,6 +62,15 @@ def resolve(
     raise UsageError(
         f"unknown dependency {name!r}; expected one of {known} or a [tool.kernelpack.deps] entry"
     )
+
+
+def include_dirs(
+    names: Iterable[str], project: Project, environ: Mapping[str, str] | None = None
+) -> tuple[Path, ...]:
+    """The include folders of every dependency in `names`, in order and without repeats;
+    raise (one line) for the first that cannot be found here."""
+    found = (folder for name in names for folder in resolve(name, project, environ))
+    return tuple(dict.fromkeys(found))
 
 
 def _from_override(name: str, folder: Path) -> tuple[Path, ...]:

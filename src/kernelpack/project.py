@@ -20,10 +20,16 @@ from kernelpack.errors import ManifestError, UsageError
 from kernelpack.manifest import Manifest, load
 from kernelpack.settings import Settings
 
-__all__ = ["MANIFEST_NAME", "Project", "locate"]
+__all__ = ["MANIFEST_NAME", "PATH_HELP", "Project", "locate"]
 
 #: The manifest's file name.
 MANIFEST_NAME = "kernels.toml"
+
+#: What a PATH argument (`kernelpack check|doctor|build [PATH]`) may name, for `--help`.
+PATH_HELP = (
+    f"a {MANIFEST_NAME}, a package folder holding one, or a project folder whose "
+    "pyproject.toml has [tool.kernelpack] (default: the current folder)"
+)
 
 _EXPECTED = (
     f"expected a {MANIFEST_NAME}, a package folder holding one, "

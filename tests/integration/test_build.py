@@ -290,6 +290,22 @@ def test_cli_inplace_noop_prints_nothing_to_do(
     assert "nothing to do" in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("where", [[], ["--inplace"]], ids=["wheel", "inplace"])
+def test_cli_bad_manifest_is_one_line_exit_2(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], where: list[str]
+) -> None:
+    root = tmp_path / "kpdemo"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    manifest = root / "kpdemo" / "kernels.toml"
+    manifest.write_text(manifest.read_text().replace('abi = "stable"', 'abi = "abi3"'))
+    assert main(["build", str(root), *where]) == 2
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("kernelpack build: error: ")
+    assert "kpdemo/kernels.toml: [scale].abi: " in captured.err
+
+
 def _compiler_running(session: int) -> bool:
     """Whether a compiler process (nvcc's stages included) runs in `session`."""
     for stat in Path("/proc").glob("[0-9]*/stat"):

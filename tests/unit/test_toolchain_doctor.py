@@ -78,6 +78,8 @@ def test_json_carries_each_kernels_decision(
         "archs": ["9.0a"],
         "gencode": ["-gencode=arch=compute_90a,code=sm_90a"],
         "cxx_std": 17,
+        "depends": [],
+        "depends_include_dirs": [],
     }
     assert report["kernels"]["flash_moe"]["decision"] == "skip"
     assert report["kernels"]["flash_moe"]["reason"] == {
@@ -114,24 +116,71 @@ def test_without_a_package_json_has_no_kernels(
     assert report["toolchain"]["cuda"] == "12.4"
 
 
-def test_explicit_path_without_a_package_exits_2_after_the_toolchain(
+def test_explicit_path_without_a_package_is_one_line_exit_2(
     machine: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["doctor", str(machine / "nowhere")]) == 2
     captured = capsys.readouterr()
-    assert "12.4.131" in captured.out
+    assert captured.out == ""
     assert captured.err.count("\n") == 1 and "does not exist" in captured.err
 
 
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
 def test_invalid_manifest_is_a_one_line_error(
-    package: Path, capsys: pytest.CaptureFixture[str]
+    package: Path, capsys: pytest.CaptureFixture[str], json_flag: list[str]
 ) -> None:
     (package / "kernels.toml").write_text(
         '[rmsnorm]\nsources = ["csrc/rmsnorm.cu"]\narch = "9.5"\n'
     )
-    assert main(["doctor", str(package)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "[rmsnorm].arch" in err
+    assert main(["doctor", str(package), *json_flag]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "[rmsnorm].arch" in captured.err
+
+
+def test_bad_settings_in_the_working_folder_are_a_one_line_error(
+    machine: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (machine / "pyproject.toml").write_text('[tool.kernelpack]\nabi = "classic"\n')
+    assert main(["doctor"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "[tool.kernelpack].abi" in captured.err
+
+
+def test_piped_text_has_no_trailing_padding(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", str(package)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line != line.rstrip()] == []
+
+
+def test_depends_not_installed_here_is_a_problem(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KERNELPACK_CUTLASS_DIR", str(package / "no-cutlass"))
+    manifest = package / "kernels.toml"
+    manifest.write_text(MANIFEST.replace("[flash_moe]", 'depends = ["cutlass"]\n\n[flash_moe]'))
+    code, report = doctor_json(capsys, str(package))
+    assert code == 2
+    (problem,) = report["problems"]
+    assert problem.startswith("rmsnorm: KERNELPACK_CUTLASS_DIR=")
+
+
+def test_depends_found_here_are_in_the_json(
+    package: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    include = package.parent / "cutlass" / "include"
+    (include / "cutlass").mkdir(parents=True)
+    monkeypatch.setenv("KERNELPACK_CUTLASS_DIR", str(include))
+    manifest = package / "kernels.toml"
+    manifest.write_text(MANIFEST.replace("[flash_moe]", 'depends = ["cutlass"]\n\n[flash_moe]'))
+    code, report = doctor_json(capsys, str(package))
+    assert code == 0
+    rmsnorm = report["kernels"]["rmsnorm"]
+    assert rmsnorm["depends"] == ["cutlass"]
+    assert rmsnorm["depends_include_dirs"] == [str(include)]
 
 
 def test_require_with_a_skip_exits_2_listing_it(

@@ -273,10 +273,7 @@ def build_project(
     decided = plan_project(
         project, kernels=kernels, require=require, environ=env, build_dir=build_dir
     )
-    dep_dirs = {
-        k.name: tuple(d for name in k.spec.depends for d in deps.resolve(name, project, env))
-        for k in decided.to_build
-    }
+    dep_dirs = {k.name: deps.include_dirs(k.spec.depends, project, env) for k in decided.to_build}
     options = BuildOptions(
         root=project.root,
         build_dir=build_dir,

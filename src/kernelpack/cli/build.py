@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from kernelpack.errors import UsageError
+from kernelpack.project import PATH_HELP, locate
 
 __all__ = ["register"]
 
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
             "and the build record into the package folder."
         ),
     )
-    parser.add_argument("path", nargs="?", type=Path, default=None, metavar="PATH")
+    parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--wheel-dir", type=Path, default=None, metavar="DIR")
     where.add_argument("--inplace", action="store_true", help="install into the source tree")
@@ -39,29 +40,26 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from kernelpack.build import engine, report
-    from kernelpack.project import locate
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
     kernels = None
     if args.kernels is not None:
         kernels = frozenset(k.strip() for k in args.kernels.split(",") if k.strip())
+        if not kernels:
+            raise UsageError(f"--kernels {args.kernels!r}: expected kernel names such as a,b")
     project = locate(args.path)
+    result = engine.build_project(
+        project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
+    )
     console = Console(stderr=True)
     if args.inplace:
-        result = engine.build_project(
-            project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
-        )
         engine.install_inplace(result)
         report.print_summary(result, console)
         return 0
     from kernelpack.build.wheel import write_wheel
 
-    wheel_dir = args.wheel_dir or project.root / "dist"
-    result = engine.build_project(
-        project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
-    )
-    path = write_wheel(project, result, wheel_dir)
+    path = write_wheel(project, result, args.wheel_dir or project.root / "dist")
     report.print_summary(result, console)
     print(path)
     return 0

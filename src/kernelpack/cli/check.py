@@ -1,7 +1,9 @@
 """`kernelpack check [PATH] [--json]`: validate a package's `kernels.toml` (no compiler needed).
 
 Every source must be present (a kernel whose sources are missing is an error here, while
-`build` skips it), every `depends` must resolve to its headers on this machine.
+`build` skips it) and every `depends` must be a known name. Nothing of this machine is
+asked: whether a dependency's headers are installed here is `doctor`'s and `build`'s
+question, so `check` gives the same answer on every machine.
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kernelpack import deps
 from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
-from kernelpack.project import Project, locate
+from kernelpack.project import PATH_HELP, Project, locate
 
 __all__ = ["register", "run"]
 
@@ -26,13 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="validate a package's kernels.toml (no compiler needed)",
         description="Validate kernels.toml: keys, types, archs, paths, sources and depends.",
     )
-    parser.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="a kernels.toml, a package folder holding one, or a project folder whose "
-        "pyproject.toml has [tool.kernelpack] (default: the current folder)",
-    )
+    parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 
@@ -41,19 +36,14 @@ def run(args: argparse.Namespace) -> int:
     """Validate; print a summary (or JSON). Bad input raises `ManifestError` (exit 2)."""
     project = locate(args.path)
     manifest = project.load_manifest(allow_missing_sources=False)
-    include_dirs = {
-        name: deps.resolve(name, project) for spec in manifest.kernels for name in spec.depends
-    }
     if args.json:
-        print(json.dumps(to_json(project, manifest, include_dirs), indent=2))
+        print(json.dumps(to_json(project, manifest), indent=2))
     else:
         print(summary(project, manifest))
     return 0
 
 
-def to_json(
-    project: Project, manifest: Manifest, include_dirs: dict[str, tuple[Path, ...]]
-) -> dict[str, Any]:
+def to_json(project: Project, manifest: Manifest) -> dict[str, Any]:
     """`{"package", "manifest", "kernels": {name: {...}}}` for tools."""
     return {
         "package": manifest.package,
@@ -61,11 +51,11 @@ def to_json(
         "version": project.version,
         "manifest": str(manifest.path),
         "env_prefix": project.env_prefix,
-        "kernels": {spec.name: _kernel_json(spec, include_dirs) for spec in manifest.kernels},
+        "kernels": {spec.name: _kernel_json(spec) for spec in manifest.kernels},
     }
 
 
-def _kernel_json(spec: KernelSpec, include_dirs: dict[str, tuple[Path, ...]]) -> dict[str, Any]:
+def _kernel_json(spec: KernelSpec) -> dict[str, Any]:
     return {
         "ops": spec.ops,
         "abi": spec.abi,
@@ -77,7 +67,7 @@ def _kernel_json(spec: KernelSpec, include_dirs: dict[str, tuple[Path, ...]]) ->
         "cxx_std": spec.cxx_std,
         "min_cuda": str(spec.min_cuda) if spec.min_cuda else None,
         "platforms": list(spec.platforms) if spec.platforms is not None else None,
-        "depends": {name: [str(p) for p in include_dirs[name]] for name in spec.depends},
+        "depends": list(spec.depends),
         "defines": dict(spec.defines),
         "libraries": list(spec.libraries),
         "nvcc_flags": list(spec.nvcc_flags),

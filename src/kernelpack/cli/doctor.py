@@ -5,16 +5,20 @@ ABI, the nvidia wheel headers, the compiler launcher, the job budget) and, when 
 kernel package, every kernel's decision: built for which archs with which `-gencode` flags,
 or skipped with its reason. Without a package in PATH it still prints the toolchain.
 
-Exit status: 0, or 2 when PATH is given but holds no package, the manifest is invalid, or the
-plan cannot be carried out (`BuildPlan.problems()`: a skip under `*_REQUIRE`, torch missing,
-a `cxx-std` torch's headers reject).
+Exit status: 0, or 2 when PATH is given but holds no package or the manifest is invalid (one
+line, nothing else printed), or when the plan cannot be carried out here (`BuildPlan.problems()`:
+a skip under `*_REQUIRE`, torch missing, a `cxx-std` torch's headers reject; or a `depends`
+whose headers are not installed).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +26,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernelpack.errors import PlanError, UsageError
+from kernelpack import deps
+from kernelpack.errors import ManifestError, PlanError, UsageError
 from kernelpack.plan import BuildPlan, KernelPlan, Selection, decide
-from kernelpack.project import Project, locate
+from kernelpack.project import PATH_HELP, Project, locate
 from kernelpack.toolchain import Toolchain, detect
 
-__all__ = ["register", "run", "to_json"]
+__all__ = ["Report", "register", "run", "to_json"]
 
 _PIPE_WIDTH = 160
 
@@ -40,68 +45,100 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Show nvcc, CUDA_HOME, torch, launcher and jobs, and, given a kernel "
         "package, which kernels would be built (archs, -gencode flags) or skipped and why.",
     )
-    parser.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        help="a kernels.toml, a package folder holding one, or a project folder whose "
-        "pyproject.toml has [tool.kernelpack] (default: the current folder)",
-    )
+    parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Detect, plan, print. Bad input raises `UsageError` (exit 2) after the toolchain is
-    printed; a package with plan problems returns 2."""
-    toolchain = detect()
-    project: Project | None = None
-    result: BuildPlan | None = None
-    missing: UsageError | None = None
-    invalid: UsageError | None = None
-    try:
-        project = locate(args.path)
-    except UsageError as exc:
-        missing = exc
+    """Locate and load the package, detect, plan, print.
+
+    Bad input (a PATH that names no package, an invalid manifest or selection) raises a
+    `UsageError` (one line, exit 2) before anything is printed or detected; a package whose
+    plan cannot be carried out is reported and returns 2.
+    """
+    project, no_package = _locate(args.path)
+    manifest = selection = None
     if project is not None:
-        try:
-            manifest = project.load_manifest(allow_missing_sources=True)
-            result = decide(manifest, toolchain, Selection.from_env(project.env_prefix, os.environ))
-        except UsageError as exc:
-            invalid = exc
+        manifest = project.load_manifest(allow_missing_sources=True)
+        selection = Selection.from_env(project.env_prefix, os.environ)
+    toolchain = detect()
+    report = None
+    if project is not None and manifest is not None:
+        report = Report.make(project, decide(manifest, toolchain, selection))
     if args.json:
-        print(json.dumps(to_json(toolchain, project, result), indent=2))
+        print(json.dumps(to_json(toolchain, report), indent=2))
     else:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console.width = max(console.width, _PIPE_WIDTH)  # keep paths and flags on one line
-        # An explicit PATH without a package, or a bad manifest, is raised below instead.
-        _print(console, toolchain, project, result, missing if args.path is None else None)
-    if invalid is not None:
-        raise invalid
-    if missing is not None and args.path is not None:
-        raise missing
-    if result is not None and result.problems():
-        return PlanError.exit_code
-    return 0
+        _show(toolchain, report, no_package)
+    return PlanError.exit_code if report is not None and report.problems else 0
 
 
-def to_json(
-    toolchain: Toolchain, project: Project | None, result: BuildPlan | None
-) -> dict[str, Any]:
+def _locate(path: Path | None) -> tuple[Project | None, UsageError | None]:
+    """The package PATH names; without PATH, no package in the current folder is no error."""
+    try:
+        return locate(path), None
+    except ManifestError:
+        raise
+    except UsageError as exc:
+        if path is not None:
+            raise
+        return None, exc
+
+
+@dataclass(frozen=True)
+class Report:
+    """A package's plan plus what building it here would find missing."""
+
+    project: Project
+    plan: BuildPlan
+    include_dirs: Mapping[str, tuple[Path, ...]]
+    """Kernel to build -> the include folders of its `depends` found on this machine."""
+    problems: tuple[str, ...]
+    """`BuildPlan.problems()`, then each `depends` that cannot be found here."""
+
+    @classmethod
+    def make(cls, project: Project, plan: BuildPlan) -> Report:
+        """Resolve the `depends` of every kernel to build, as the build would."""
+        include_dirs: dict[str, tuple[Path, ...]] = {}
+        missing: list[str] = []
+        for kernel in plan.to_build:
+            try:
+                include_dirs[kernel.name] = deps.include_dirs(kernel.spec.depends, project)
+            except UsageError as exc:
+                missing.append(f"{kernel.name}: {exc}")
+        return cls(project, plan, include_dirs, (*plan.problems(), *missing))
+
+    @property
+    def version(self) -> str:
+        return f"{self.project.version}+{self.plan.version_tag()}"
+
+
+def to_json(toolchain: Toolchain, report: Report | None) -> dict[str, Any]:
     """`{"toolchain": {...}, "package": name|null, "kernels": {name: {"decision", "reason",
     "archs", "gencode", ...}}, "problems": [...]}`."""
+    if report is None:
+        return {
+            "toolchain": toolchain.to_json(),
+            "package": None,
+            "manifest": None,
+            "version": None,
+            "kernels": {},
+            "problems": [],
+        }
     return {
         "toolchain": toolchain.to_json(),
-        "package": None if project is None else project.package,
-        "manifest": None if project is None else str(project.manifest_path),
-        "version": None if project is None or result is None else _version(project, result),
-        "kernels": {} if result is None else {k.name: _kernel_json(k) for k in result.kernels},
-        "problems": [] if result is None else list(result.problems()),
+        "package": report.project.package,
+        "manifest": str(report.project.manifest_path),
+        "version": report.version,
+        "kernels": {
+            k.name: _kernel_json(k, report.include_dirs.get(k.name, ()))
+            for k in report.plan.kernels
+        },
+        "problems": list(report.problems),
     }
 
 
-def _kernel_json(kernel: KernelPlan) -> dict[str, Any]:
+def _kernel_json(kernel: KernelPlan, include_dirs: tuple[Path, ...]) -> dict[str, Any]:
     return {
         "decision": "build" if kernel.build else "skip",
         "reason": None if kernel.skip is None else kernel.skip.to_json(),
@@ -109,36 +146,44 @@ def _kernel_json(kernel: KernelPlan) -> dict[str, Any]:
         "archs": [str(arch) for arch in kernel.archs],
         "gencode": list(kernel.gencode_flags),
         "cxx_std": kernel.cxx_std if kernel.build else None,
+        "depends": list(kernel.spec.depends),
+        "depends_include_dirs": [str(d) for d in include_dirs],
     }
 
 
-def _version(project: Project, result: BuildPlan) -> str:
-    return f"{project.version}+{result.version_tag()}"
+def _show(toolchain: Toolchain, report: Report | None, no_package: UsageError | None) -> None:
+    console = Console(highlight=False)
+    if console.is_terminal:
+        _print(console, toolchain, report, no_package)
+        return
+    # Piped: wide enough to keep paths and flags on one line, without the padding rich
+    # gives every line of a table.
+    buffer = io.StringIO()
+    wide = Console(file=buffer, highlight=False, width=max(console.width, _PIPE_WIDTH))
+    _print(wide, toolchain, report, no_package)
+    print("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
 
 
 def _print(
-    console: Console,
-    toolchain: Toolchain,
-    project: Project | None,
-    result: BuildPlan | None,
-    no_package: UsageError | None,
+    console: Console, toolchain: Toolchain, report: Report | None, no_package: UsageError | None
 ) -> None:
     console.print(Text("Toolchain", style="bold"))
     console.print(_toolchain_table(toolchain))
     if no_package is not None:
         console.print(Text(f"\nNo kernel package: {no_package}", style="yellow"))
-    if project is None or result is None:
+    if report is None:
         return
+    result = report.plan
     built, skipped = len(result.to_build), len(result.skipped)
     console.print(
         Text.assemble(
-            ("\n" + project.package, "bold"),
-            f" ({_shown(project.manifest_path)}): {built} to build, {skipped} skipped; "
-            f"version {_version(project, result)}",
+            ("\n" + report.project.package, "bold"),
+            f" ({_shown(report.project.manifest_path)}): {built} to build, {skipped} skipped; "
+            f"version {report.version}",
         )
     )
     console.print(_plan_table(result))
-    for line in result.problems():
+    for line in report.problems:
         console.print(Text(f"error: {line}", style="red"))
 
 

@@ -12,16 +12,24 @@ from registry_support import built, make_package, skipped, unique_name
 
 from kernelpack.runtime.torchinfo import _assignments
 
-FORBIDDEN = (
-    "kernelpack.manifest",
-    "kernelpack.toolchain",
-    "kernelpack.plan",
-    "kernelpack.build",
-    "kernelpack.settings",
-    "ninja",
-    "setuptools",
-    "torch.utils.cpp_extension",
-)
+#: The only kernelpack modules the run time may load: anything else (manifest, toolchain, plan,
+#: build, project, settings, cli...) is build machinery or tooling.
+RUNTIME_MODULES = {
+    "kernelpack",
+    "kernelpack.arch",
+    "kernelpack.errors",
+    "kernelpack.reason",
+    "kernelpack.record",
+    "kernelpack.runtime",
+    "kernelpack.runtime.checks",
+    "kernelpack.runtime.device",
+    "kernelpack.runtime.loader",
+    "kernelpack.runtime.registry",
+    "kernelpack.runtime.torchinfo",
+    "kernelpack.testing",
+    "kernelpack.testing.fakes",
+}
+FORBIDDEN = ("ninja", "setuptools", "filelock", "rich", "wheel", "torch.utils.cpp_extension")
 
 
 def run_python(code: str, cwd: Path) -> dict[str, object]:
@@ -33,6 +41,7 @@ def run_python(code: str, cwd: Path) -> dict[str, object]:
 
 
 def test_importing_a_package_and_asking_status_loads_no_build_machinery(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
     package = unique_name()
     make_package(
         tmp_path,
@@ -40,21 +49,28 @@ def test_importing_a_package_and_asking_status_loads_no_build_machinery(tmp_path
         {"a": built("a", package), "b": skipped("nvcc-missing", "no nvcc")},
     )
     code = (
-        "import json, subprocess, sys\n"
+        # torch's own import runs `ldconfig -p`: only what kernelpack runs counts.
+        "import json, subprocess, sys, torch\n"
         "calls = []\n"
         "real_popen = subprocess.Popen.__init__\n"
         "def spy(self, args, *a, **k):\n"
         "    calls.append(str(args))\n"
         "    return real_popen(self, args, *a, **k)\n"
         "subprocess.Popen.__init__ = spy\n"
+        # A GPU the kernel runs on, so that every check runs and the kernel is loaded.
+        "from kernelpack.runtime import set_default_probe\n"
+        "from kernelpack.testing.fakes import fake_probe\n"
+        "set_default_probe(fake_probe('9.0'))\n"
         f"import {package} as pkg\n"
-        "pkg.status(); pkg.unavailable_reason('a'); pkg.is_available('b')\n"
+        "status = pkg.status(); pkg.unavailable_reason('a'); pkg.is_available('b')\n"
         f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
-        "torch = sys.modules.get('torch')\n"
-        "cuda = bool(torch is not None and torch.cuda.is_initialized())\n"
-        "print(json.dumps({'bad': bad, 'calls': calls, 'cuda': cuda}))\n"
+        "bad += sorted(m for m in sys.modules if m.split('.')[0] == 'kernelpack'\n"
+        f"              and m not in {sorted(RUNTIME_MODULES)!r})\n"
+        "cuda = torch.cuda.is_initialized()\n"
+        "print(json.dumps({'a': status['a'], 'bad': bad, 'calls': calls, 'cuda': cuda}))\n"
     )
-    assert run_python(code, tmp_path) == {"bad": [], "calls": [], "cuda": False}
+    result = run_python(code, tmp_path)
+    assert result == {"a": "available", "bad": [], "calls": [], "cuda": False}
 
 
 @pytest.mark.skipif(

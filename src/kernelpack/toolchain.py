@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from kernelpack.errors import UsageError
 from kernelpack.reason import Reason
 
-__all__ = ["DEFAULT_CUDA_HOME", "JOB_MEMORY_BYTES", "Toolchain", "detect"]
+__all__ = ["DEFAULT_CUDA_HOME", "JOB_MEMORY_BYTES", "Toolchain", "available_memory", "detect"]
 
 #: The toolkit tried last, when neither the environment nor PATH name one.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
@@ -413,7 +413,7 @@ def _jobs(env: dict[str, str]) -> int:
             raise UsageError(f"KERNELPACK_JOBS={forced} is not a positive integer")
         return int(forced)
     cores = _cores()
-    available = _available_memory()
+    available = available_memory()
     if available is None:
         return cores
     return max(1, min(cores, available // JOB_MEMORY_BYTES))
@@ -425,7 +425,8 @@ def _cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (`MemAvailable`), None when unknown."""
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             for line in handle:

@@ -14,6 +14,7 @@ from packaging.version import Version
 
 from kernelpack.build import modinit
 from kernelpack.build.flags import INCLUDE_DIR, limited_api_hex, stable_target_hex
+from kernelpack.build.graph import Pools
 from kernelpack.build.install import install_file
 from kernelpack.build.lock import build_lock
 from kernelpack.errors import BuildError
@@ -130,3 +131,18 @@ def test_install_replaces_the_file_atomically_and_skips_an_identical_one(tmp_pat
     assert destination.read_bytes() == b"new"
     assert not install_file(source, destination)
     assert [p.name for p in destination.parent.iterdir()] == ["_C.so"]
+
+
+def test_memory_bounds_the_aten_compiles_but_not_the_light_ones() -> None:
+    pools = Pools.for_memory(jobs=8, available_bytes=7 * 1024**3)
+    assert (pools.heavy, pools.light) == (2, 7)
+
+
+def test_pools_keep_at_least_one_slot_when_memory_is_short() -> None:
+    pools = Pools.for_memory(jobs=4, available_bytes=512 * 1024**2)
+    assert (pools.heavy, pools.light) == (1, 1)
+
+
+def test_pools_never_exceed_the_jobs() -> None:
+    pools = Pools.for_memory(jobs=2, available_bytes=64 * 1024**3)
+    assert (pools.heavy, pools.light) == (2, 2)

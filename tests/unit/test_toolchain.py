@@ -271,19 +271,19 @@ def test_bad_jobs_variable_is_a_usage_error(torch_site: Path, value: str) -> Non
 
 def test_jobs_are_capped_by_free_memory(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
     monkeypatch.setattr(toolchain, "_cores", lambda: 16)
-    monkeypatch.setattr(toolchain, "_available_memory", lambda: 10 * 1024**3)
+    monkeypatch.setattr(toolchain, "available_memory", lambda: 10 * 1024**3)
     assert detect(environ(site=torch_site)).jobs == 3
 
 
 def test_jobs_are_capped_by_cores(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
     monkeypatch.setattr(toolchain, "_cores", lambda: 2)
-    monkeypatch.setattr(toolchain, "_available_memory", lambda: 100 * 1024**3)
+    monkeypatch.setattr(toolchain, "available_memory", lambda: 100 * 1024**3)
     assert detect(environ(site=torch_site)).jobs == 2
 
 
 def test_jobs_are_at_least_one(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
     monkeypatch.setattr(toolchain, "_cores", lambda: 8)
-    monkeypatch.setattr(toolchain, "_available_memory", lambda: 1024**3)
+    monkeypatch.setattr(toolchain, "available_memory", lambda: 1024**3)
     assert detect(environ(site=torch_site)).jobs == 1
 
 

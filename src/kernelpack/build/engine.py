@@ -32,6 +32,7 @@ from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, Selection
 from kernelpack.record import FILENAME as RECORD_FILENAME
 from kernelpack.record import BuildRecord, KernelRecord, ToolchainRecord
+from kernelpack.toolchain import available_memory
 
 if TYPE_CHECKING:
     from kernelpack.project import Project
@@ -171,7 +172,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                 cxx=environ.get("CXX", "c++"),
                 cc=environ.get("CC", "cc"),
                 launcher=toolchain.launcher,
-                pools=graph.Pools.for_memory(jobs, _available_memory()),
+                pools=graph.Pools.for_memory(jobs, available_memory()),
             )
             _write_if_changed(build_dir / graph.FILENAME, text)
             env = ninja_runner.environment(
@@ -385,14 +386,3 @@ def _failure_message(failed: str, output: str, build_dir: Path) -> str:
     )
     detail = f": {first}" if first else f" (see the output above; build folder {build_dir})"
     return f"{what} {verb}{detail}"
-
-
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

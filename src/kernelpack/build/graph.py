@@ -23,18 +23,24 @@ from typing import cast
 from ninja.ninja_syntax import Writer, escape, escape_path
 
 from kernelpack.build.flags import KernelFlags
+from kernelpack.toolchain import JOB_MEMORY_BYTES
 
 __all__ = ["FILENAME", "GraphKernel", "Pools", "render"]
 
 FILENAME = "build.ninja"
 
+# A compile that includes only the stable-ABI or CUDA headers peaks near 1 GB.
+_LIGHT_JOB_BYTES = 1024**3
 _CUDA_SUFFIXES = (".cu",)
 _C_SUFFIXES = (".c",)
 
 
 @dataclass(frozen=True)
 class Pools:
-    """Concurrent compile slots: heavy (ATen, ~3 GB each) and light (headers only, ~1 GB)."""
+    """Concurrent compile slots: heavy (ATen, ~3 GB each) and light (headers only, ~1 GB).
+
+    `-j` (or `KERNELPACK_JOBS`) may ask for more jobs than memory allows; the pools keep
+    the compiles that include ATen within it while lighter ones use every job."""
 
     heavy: int
     light: int
@@ -44,10 +50,9 @@ class Pools:
         """Bound each pool by `jobs` and by what fits in `available_bytes`."""
         if available_bytes is None:
             return cls(heavy=jobs, light=jobs)
-        gib = 1024**3
         return cls(
-            heavy=max(1, min(jobs, available_bytes // (3 * gib))),
-            light=max(1, min(jobs, available_bytes // gib)),
+            heavy=max(1, min(jobs, available_bytes // JOB_MEMORY_BYTES)),
+            light=max(1, min(jobs, available_bytes // _LIGHT_JOB_BYTES)),
         )
 
 

@@ -44,10 +44,6 @@ class NinjaResult:
     output: str = ""
     """Everything the compilers printed (warnings included)."""
 
-    @property
-    def compiled(self) -> list[Step]:
-        return [s for s in self.steps if s.tool != "link"]
-
 
 def ninja_binary() -> str:
     """The ninja executable: the `ninja` package's, else one on PATH.

@@ -151,17 +151,12 @@ def _collision(namespace: str, ops: list[str]) -> Reason:
 
 
 def import_kernel(
-    module: str,
-    *,
-    library: Path | None,
-    namespace: str | None,
-    check_namespace: bool,
-    hint: str,
+    module: str, *, library: Path | None, namespace: str | None, hint: str
 ) -> ModuleType | Reason:
     """Import kernel module `module`, or say why it cannot be.
 
-    `library` is the `.so` the build record names; `namespace` its op namespace, checked for
-    foreign ops first when `check_namespace` (False when a sibling kernel sharing it is loaded).
+    `library` is the `.so` the build record names; `namespace` the op namespace to check for
+    foreign ops first (None: no check, e.g. when a sibling kernel sharing it is loaded).
     `hint` ("built for …, running …") ends a `load-failed` message.
     """
     with _locks_lock:
@@ -169,38 +164,28 @@ def import_kernel(
     with lock:  # one lock per module: loading one kernel never waits for another
         outcome = _outcomes.get(module)
         if outcome is None:
-            outcome = _outcomes[module] = _import(
-                module,
-                library=library,
-                namespace=namespace,
-                check_namespace=check_namespace,
-                hint=hint,
-            )
+            outcome = _outcomes[module] = _import(module, library, namespace, hint)
         return outcome
 
 
+def _library_problem(library: Path) -> str | None:
+    """Why the recorded library cannot be dlopened safely, found without opening it."""
+    if not library.exists():
+        return f"{library} is missing (the build record lists it)"
+    return elf_problem(library)
+
+
 def _import(
-    module: str,
-    *,
-    library: Path | None,
-    namespace: str | None,
-    check_namespace: bool,
-    hint: str,
+    module: str, library: Path | None, namespace: str | None, hint: str
 ) -> ModuleType | Reason:
     loaded = sys.modules.get(module)
     if loaded is not None:
         return loaded
-    if library is not None:
-        if not library.exists():
-            return Reason(
-                "load-failed",
-                f"{library} is missing (the build record lists it); rebuild or reinstall; {hint}",
-            )
-        problem = elf_problem(library)
-        if problem is not None:
-            return Reason("load-failed", f"{problem}; rebuild or reinstall; {hint}")
+    problem = _library_problem(library) if library is not None else None
+    if problem is not None:
+        return Reason("load-failed", f"{problem}; rebuild or reinstall; {hint}")
     try:
-        if namespace and check_namespace:
+        if namespace:
             ops = ops_in_namespace(namespace)  # imports torch, which may itself fail
             if ops:
                 return _collision(namespace, ops)

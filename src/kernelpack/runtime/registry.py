@@ -233,8 +233,7 @@ class Registry:
         outcome = loader.import_kernel(
             f"{self.package}.{kernel}",
             library=location / spec.library if location is not None and spec.library else None,
-            namespace=spec.namespace,
-            check_namespace=not shares_namespace,
+            namespace=None if shares_namespace else spec.namespace,
             hint=self._hint(),
         )
         if isinstance(outcome, Reason):

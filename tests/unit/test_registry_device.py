@@ -187,6 +187,20 @@ def test_nvml_probe_reports_a_driver_that_does_not_answer(fake_nvml_dir: Path) -
     assert result == [None, "the NVIDIA driver did not answer (nvmlInit_v2: Driver Not Loaded)"]
 
 
+def test_nvml_probe_reports_a_library_without_nvml_as_no_device(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
+    (tmp_path / "empty.c").write_text("int kp_not_nvml;\n")
+    library = tmp_path / "libnvidia-ml.so.1"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "empty.c")], check=True
+    )
+    result = run_probe(tmp_path)
+    assert result[:1] == [None]
+    assert str(result[1]).startswith("the NVIDIA driver did not answer (")
+    assert "nvmlInit_v2" in str(result[1])
+
+
 @pytest.mark.skipif(
     any(Path(p, "libnvidia-ml.so.1").exists() for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")),
     reason="this machine has an NVIDIA driver",

@@ -171,7 +171,7 @@ def _probe_nvml(visible: str | None) -> DeviceFacts:
     nvml = _Nvml(lib)
     try:
         nvml.init()
-    except OSError as exc:
+    except (OSError, AttributeError) as exc:  # AttributeError: a library without the symbol
         return DeviceFacts(problem=f"the NVIDIA driver did not answer ({exc})")
     try:
         driver = nvml.driver_cuda()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from importlib.metadata import entry_points
 
 import pytest
 from registry_support import built, make_package, skipped, unique_name
@@ -46,6 +47,11 @@ def kp(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def write_test(pytester: pytest.Pytester, body: str) -> None:
     pytester.makepyfile(test_it="import pytest\n\n" + body)
+
+
+def test_plugin_is_registered_through_the_pytest11_entry_point() -> None:
+    plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert plugins.get("kernelpack") == "kernelpack.testing.plugin"
 
 
 def test_markers_are_registered(pytester: pytest.Pytester) -> None:

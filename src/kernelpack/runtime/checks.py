@@ -99,7 +99,9 @@ def _disabled(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
 def _no_cuda_torch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
     torch = ctx.torch
     wanted = ctx.record.toolchain.torch_cuda or ctx.record.toolchain.cuda
-    install = f"install a CUDA {wanted or ''} build of torch".replace("  ", " ")
+    install = (
+        f"install a CUDA {wanted} build of torch" if wanted else "install a CUDA build of torch"
+    )
     if not torch.installed:
         return Reason("no-cuda-torch", f"torch is not installed; {install}")
     if torch.cuda is None:

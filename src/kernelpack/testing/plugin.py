@@ -7,7 +7,8 @@
   is not initialised).
 - `--kernels-require` or `KERNELPACK_REQUIRE=1` (GPU runners): those skips become failures,
   reported at setup before any fixture runs.
-- After collection, the header shows the status of every package the collected tests name.
+- After collection, the header shows the status of every package the collected tests name
+  (under pytest-xdist, whose workers' output nobody sees, the end of the summary shows it).
 
 The registry is imported only when a collected test carries one of the marks.
 """
@@ -15,7 +16,9 @@ The registry is imported only when a collected test carries one of the marks.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +30,8 @@ __all__ = [
     "pytest_collection_finish",
     "pytest_configure",
     "pytest_runtest_setup",
+    "pytest_terminal_summary",
+    "pytest_testnodedown",
 ]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -115,24 +120,73 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     raise pytest.skip.Exception(message, _use_item_location=True)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None:
-        return
-    packages: dict[str, None] = {}
-    gpu = False
-    for item in session.items:
-        gpu = gpu or item.get_closest_marker("gpu") is not None
+@dataclass
+class _Named:
+    """What collected tests name: kernel packages (in order) and whether any test is `gpu`."""
+
+    packages: dict[str, None] = field(default_factory=dict)
+    gpu: bool = False
+
+    def add(self, packages: Iterable[str], gpu: bool) -> None:
+        self.packages.update(dict.fromkeys(packages))
+        self.gpu = self.gpu or gpu
+
+    def header(self, config: pytest.Config) -> list[str]:
+        """The status lines; none when no test is `gpu` or names a kernel."""
+        if not self.packages and not self.gpu:
+            return []
+        return _header_lines(list(self.packages), required=_required(config))
+
+
+def _named(items: list[pytest.Item]) -> _Named:
+    named = _Named()
+    for item in items:
         try:
             names = _kernel_names(item)
         except pytest.UsageError:
-            continue
-        for name in names:
-            packages.setdefault(name.rpartition(".")[0], None)
-    if not packages and not gpu:
+            names = []
+        named.add(
+            (name.rpartition(".")[0] for name in names), item.get_closest_marker("gpu") is not None
+        )
+    return named
+
+
+_WORKER_KEY = "kernelpack_named"
+_FROM_WORKERS = pytest.StashKey[_Named]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    named = _named(session.items)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # A pytest-xdist worker: nobody sees its terminal. The controller prints the table at
+        # the end of its summary, from what every worker sends back when it finishes.
+        workeroutput[_WORKER_KEY] = {"packages": list(named.packages), "gpu": named.gpu}
         return
-    for line in _header_lines(list(packages), required=_required(session.config)):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    for line in named.header(session.config):
         reporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist controller: collect what a finished worker's tests named."""
+    sent = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
+    if sent is not None:
+        node.config.stash.setdefault(_FROM_WORKERS, _Named()).add(sent["packages"], sent["gpu"])
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """pytest-xdist controller: the status table that the workers could not print."""
+    lines = config.stash.get(_FROM_WORKERS, _Named()).header(config)
+    if lines:
+        terminalreporter.write_sep("-", "kernelpack")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def _header_lines(packages: list[str], *, required: bool) -> list[str]:

@@ -34,20 +34,19 @@ __all__ = [
 #: Folder holding `kernelpack/ops.h`; always on the include path.
 INCLUDE_DIR = Path(__file__).resolve().parent.parent / "include"
 
+# The libraries come from torch's own extension factory: a classic extension links
+# torch_python, a `py_limited_api` one does not.
 _QUERY = """
 import json, torch, torch.utils.cpp_extension as ce
 print(json.dumps({
     "include_dirs": ce.include_paths(device_type="cuda"),
     "library_dirs": ce.library_paths(device_type="cuda"),
+    "libraries": ce.CUDAExtension("_C", []).libraries,
+    "stable_libraries": ce.CUDAExtension("_C", [], py_limited_api=True).libraries,
     "cxx11_abi": bool(torch.compiled_with_cxx11_abi()),
     "nvcc_flags": list(ce.COMMON_NVCC_FLAGS),
 }))
 """
-
-# What BuildExtension links a classic CUDA extension against, in its order.
-_TORCH_LIBS = ("c10", "torch", "torch_cpu", "torch_python", "c10_cuda", "torch_cuda")
-# What it links a `py_limited_api` one against: no torch_python.
-_STABLE_LIBS = ("c10", "torch", "torch_cpu", "c10_cuda", "torch_cuda")
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,10 @@ class TorchFacts:
 
     include_dirs: tuple[str, ...]
     library_dirs: tuple[str, ...]
+    libraries: tuple[str, ...]
+    """What `CUDAExtension` links a classic extension against (torch_python included)."""
+    stable_libraries: tuple[str, ...]
+    """What it links a `py_limited_api` extension against."""
     cxx11_abi: bool
     nvcc_flags: tuple[str, ...]
     """torch's `COMMON_NVCC_FLAGS` (half/bfloat16 operator switches, relaxed constexpr)."""
@@ -100,6 +103,8 @@ class TorchFacts:
         return cls(
             include_dirs=tuple(data["include_dirs"]),
             library_dirs=tuple(data["library_dirs"]),
+            libraries=tuple(data["libraries"]),
+            stable_libraries=tuple(data["stable_libraries"]),
             cxx11_abi=bool(data["cxx11_abi"]),
             nvcc_flags=tuple(data["nvcc_flags"]),
         )
@@ -188,11 +193,11 @@ def kernel_flags(
     if stable:
         # Only torch's extern "C" shim is used; --as-needed drops the libraries it does not
         # touch, and nothing ties the .so to one torch's C++ symbols.
-        ldflags += ["-Wl,--as-needed", *(f"-l{lib}" for lib in _STABLE_LIBS), "-Wl,--no-as-needed"]
+        libraries = [f"-l{lib}" for lib in torch.stable_libraries]
+        ldflags += ["-Wl,--as-needed", *libraries, "-Wl,--no-as-needed"]
     else:
-        ldflags += [f"-l{lib}" for lib in _TORCH_LIBS]
+        ldflags += [f"-l{lib}" for lib in torch.libraries]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
-    ldflags.append("-lcudart")
     return KernelFlags(
         defines=tuple(defines),
         include_dirs=tuple(dict.fromkeys(includes)),

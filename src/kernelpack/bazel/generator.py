@@ -105,7 +105,9 @@ def generate(
                 command_path=_posix(project.package_dir.resolve(), workspace),
                 rules_label=f"//{rules}:defs.bzl",
                 csrc_dirs=[_posix(d, root) for d in csrc_dirs],
-                tests=[(_posix(t, root), _posix_all(_conftests(t, root), root)) for t in tests],
+                tests=[
+                    (_posix(t, root), [_posix(c, root) for c in _conftests(t, root)]) for t in tests
+                ],
                 deps=deps,
             ),
             _posix(build_file, workspace),
@@ -206,10 +208,6 @@ def _conftests(test: Path, root: Path) -> list[Path]:
 def _posix(path: Path, base: Path) -> str:
     rel = path.relative_to(base).as_posix()
     return rel if rel != "." else ""
-
-
-def _posix_all(paths: Iterable[Path], base: Path) -> list[str]:
-    return [_posix(path, base) for path in paths]
 
 
 def _read(path: Path) -> str:

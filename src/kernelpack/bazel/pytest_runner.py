@@ -20,17 +20,16 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["built_copy", "main", "pytest_args", "shadow_with_built"]
+from kernelpack.record import FILENAME
 
-#: The build record that marks a built (installed) copy of a kernel package.
-_RECORD = "_kernelpack.json"
+__all__ = ["built_copy", "main", "pytest_args", "shadow_with_built"]
 
 
 def built_copy(package: str, search_path: Sequence[str]) -> Path | None:
     """The first `search_path` entry holding `<package>/_kernelpack.json`, or None."""
     for entry in search_path:
         folder = Path(entry or ".") / package
-        if (folder / _RECORD).is_file():
+        if (folder / FILENAME).is_file():
             return Path(entry or ".")
     return None
 

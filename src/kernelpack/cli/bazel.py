@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from kernelpack.bazel.generator import DEFAULT_RULES_DIR, diff, find_workspace, generate, write
 from kernelpack.errors import UsageError
@@ -20,7 +19,7 @@ from kernelpack.project import locate
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `kernelpack bazel` and its `init` subcommand."""
     parser = subparsers.add_parser(
         "bazel",

@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from kernelpack.bazel.bridge import bridge, default_python, unbridge
 
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `kernelpack bridge`."""
     parser = subparsers.add_parser(
         "bridge",

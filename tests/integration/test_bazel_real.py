@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpack.bazel.bridge import Interpreter
 from kernelpack.cli import main
 
 BAZEL = shutil.which("bazel")
@@ -138,18 +139,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
     system = root / "system"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(system)], check=True)
-    site = subprocess.run(
-        [
-            str(system / "bin" / "python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    _write(Path(site) / "llm_ops" / "__init__.py", "WHERE = 'built'\n")
-    _write(Path(site) / "llm_ops" / "_kernelpack.json", "{}\n")
+    site = Interpreter.probe(str(system / "bin" / "python")).purelib
+    _write(site / "llm_ops" / "__init__.py", "WHERE = 'built'\n")
+    _write(site / "llm_ops" / "_kernelpack.json", "{}\n")
     yield root
     subprocess.run(
         [str(BAZEL), f"--output_user_root={root / 'out'}", "shutdown"],

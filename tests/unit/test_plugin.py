@@ -45,6 +45,16 @@ def kp(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
+def status_lines(kp: str) -> list[str]:
+    """The status table of `kp` under NO_GPU_CONFTEST."""
+    return [
+        "kernelpack: device none (fake: no GPU here); unavailable kernels skip",
+        f"kernelpack: {kp} 0.1.0+cu130torch2.14.1",
+        "  k  no-device: no CUDA device visible: fake: no GPU here",
+        "  s  skipped: nvcc not found on PATH",
+    ]
+
+
 def write_test(pytester: pytest.Pytester, body: str) -> None:
     pytester.makepyfile(test_it="import pytest\n\n" + body)
 
@@ -166,14 +176,7 @@ def test_header_prints_the_status_of_the_named_packages(pytester: pytest.Pyteste
     pytester.makeconftest(NO_GPU_CONFTEST)
     write_test(pytester, f"@pytest.mark.kernel('{kp}.k')\ndef test_x(): pass\n")
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(
-        [
-            "kernelpack: device none (fake: no GPU here); unavailable kernels skip",
-            f"kernelpack: {kp} 0.1.0+cu130torch2.14.1",
-            "  k  no-device: no CUDA device visible: fake: no GPU here",
-            "  s  skipped: nvcc not found on PATH",
-        ]
-    )
+    result.stdout.fnmatch_lines(status_lines(kp))
 
 
 def test_under_xdist_the_status_table_ends_the_summary(pytester: pytest.Pytester, kp: str) -> None:
@@ -182,15 +185,7 @@ def test_under_xdist_the_status_table_ends_the_summary(pytester: pytest.Pytester
     write_test(pytester, f"@pytest.mark.kernel('{kp}.k')\ndef test_x(): pass\n")
     result = pytester.runpytest("-n", "1")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*- kernelpack -*",
-            "kernelpack: device none (fake: no GPU here); unavailable kernels skip",
-            f"kernelpack: {kp} 0.1.0+cu130torch2.14.1",
-            "  k  no-device: no CUDA device visible: fake: no GPU here",
-            "  s  skipped: nvcc not found on PATH",
-        ]
-    )
+    result.stdout.fnmatch_lines(["*- kernelpack -*", *status_lines(kp)])
 
 
 def test_header_is_quiet_when_no_test_names_a_kernel(pytester: pytest.Pytester) -> None:

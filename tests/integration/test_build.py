@@ -8,6 +8,7 @@ compile goes through a private ccache so copies and fresh clones hit it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from elftools.elf.elffile import ELFFile
 
 from kernelpack.build import engine
 from kernelpack.build.engine import BuildResult
+from kernelpack.build.flags import KernelFlags, TorchFacts, kernel_flags
 from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
 from kernelpack.project import Project, locate
@@ -169,6 +171,55 @@ def test_build_record_is_written_into_the_package(built: tuple[Path, BuildResult
     assert re.fullmatch(r"[0-9a-f]{64}", scale.sources_sha256 or "")
 
 
+def test_record_on_disk_has_the_design_schema_1_keys(tree: Path, ccache_dir: Path) -> None:
+    _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+    data = json.loads((tree / "kpdemo" / "_kernelpack.json").read_text())
+    assert data.keys() == {"schema", "package", "version", "toolchain", "kernels"}
+    assert (data["schema"], data["package"]) == (1, "kpdemo")
+    assert data["toolchain"].keys() == {
+        "nvcc", "cuda", "torch", "torch_cuda", "cxx11_abi", "python", "machine"
+    }  # fmt: skip
+    assert data["kernels"]["scale"].keys() == {
+        "status", "abi", "stable_target", "archs", "ptx", "library", "sources_sha256", "namespace"
+    }  # fmt: skip
+    skipped = data["kernels"]["addone"]
+    assert {"status", "reason"} <= skipped.keys() <= {"status", "reason", "namespace"}
+    assert skipped["status"] == "skipped"
+    assert skipped["reason"].keys() == {"code", "message"}
+
+
+def _flags(built: tuple[Path, BuildResult], kernel: str) -> KernelFlags:
+    root, result = built
+    toolchain = result.plan.toolchain
+    torch = TorchFacts.query(toolchain, root / "build" / "kernelpack")
+    return kernel_flags(result.plan.kernel(kernel), toolchain, torch)
+
+
+def test_classic_flags_come_from_torch_helpers(built: tuple[Path, BuildResult]) -> None:
+    import torch
+    from torch.utils import cpp_extension
+
+    flags = _flags(built, "addone")
+    abi = int(torch.compiled_with_cxx11_abi())
+    assert {f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C"} <= set(flags.defines)
+    assert set(cpp_extension.include_paths(device_type="cpu")) <= set(flags.include_dirs)
+    libraries = cpp_extension.CUDAExtension("_C", []).libraries
+    assert {f"-l{lib}" for lib in libraries} <= set(flags.ldflags)
+    assert "-ltorch_python" in flags.ldflags
+
+
+def test_stable_flags_target_the_stable_abi_and_the_limited_api(
+    built: tuple[Path, BuildResult],
+) -> None:
+    flags = _flags(built, "scale")
+    assert {
+        "-DTORCH_TARGET_VERSION=0x020a000000000000", "-DUSE_CUDA", "-DPy_LIMITED_API=0x030a0000"
+    } <= set(flags.defines)  # fmt: skip
+    assert "-DTORCH_API_INCLUDE_EXTENSION_H" not in flags.defines
+    assert "-ltorch_python" not in flags.ldflags
+    assert flags.ldflags.index("-Wl,--as-needed") < flags.ldflags.index("-ltorch")
+
+
 # --- incremental rebuilds ----------------------------------------------------------------
 
 
@@ -288,6 +339,59 @@ def test_cli_inplace_noop_prints_nothing_to_do(
     monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
     assert main(["build", str(tree), "--inplace"]) == 0
     assert "nothing to do" in capfd.readouterr().err
+
+
+def test_cli_progress_names_each_step_then_lists_its_wall_time(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()
+    assert main(["build", str(tree), "--inplace"]) == 0
+    err = capfd.readouterr().err
+    assert re.search(r"^\[\d/\d\] nvcc obj/scale/scale/csrc/scale\.cu\.o$", err, re.MULTILINE)
+    assert "steps run (wall time)" in err
+    assert re.search(r"nvcc .*obj/scale/scale/csrc/scale\.cu\.o .* \d+\.\d", err)
+
+
+def test_cli_kernels_flag_builds_only_the_named_kernel(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    assert main(["build", str(tree), "--inplace", "--kernels", "scale", "-j", "1"]) == 0
+    record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
+    addone = record.kernels["addone"]
+    assert addone.reason is not None and addone.reason.code == "not-selected"
+    assert record.kernels["scale"].built
+
+
+def test_cli_require_flag_turns_a_skip_into_exit_2_naming_it(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
+    assert main(["build", str(tree), "--inplace", "--require"]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1
+    assert "addone: cuda-too-old" in err
+
+
+def test_cli_wheel_dir_writes_the_wheel_and_prints_its_path(
+    tree: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(ccache_dir))
+    wheels = tree.parent / "wheels"
+    assert main(["build", str(tree), "--wheel-dir", str(wheels)]) == 0
+    (wheel,) = wheels.glob("*.whl")
+    assert capfd.readouterr().out.splitlines() == [str(wheel)]
+    assert wheel.name.startswith("kpdemo-0.3.0+cu130torch")
+
+
+@pytest.mark.parametrize("argv", [["-j", "0"], ["--kernels", ","]], ids=["jobs", "kernels"])
+def test_cli_bad_flag_is_one_line_exit_2(
+    tree: Path, capfd: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(["build", str(tree), "--inplace", *argv]) == 2
+    assert capfd.readouterr().err.count("\n") == 1
 
 
 @pytest.mark.parametrize("where", [[], ["--inplace"]], ids=["wheel", "inplace"])

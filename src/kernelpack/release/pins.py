@@ -1,0 +1,254 @@
+"""Pins: `[tool.uv.sources]` entries for built wheels, and checking pins against `uv.lock`.
+
+A kernel wheel imports only under the torch its version names (`+cu130torch2.11.0`), or any
+torch from a floor up (`+cu130stable2.10`). uv installs a pinned wheel URL whatever torch the
+lock holds, so a pin whose torch no longer matches the lock fails at import, not at install:
+`check` finds that before a user does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from packaging.tags import Tag
+from packaging.utils import (
+    InvalidWheelFilename,
+    NormalizedName,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from kernelpack._toml import PLATFORMS, display_path, read_toml
+from kernelpack.errors import UsageError
+from kernelpack.release.abitag import AbiTag
+
+__all__ = [
+    "IMPORT_FAILS",
+    "Pin",
+    "PinCheck",
+    "Wheel",
+    "check_pins",
+    "locked_torch",
+    "pins",
+    "render_sources",
+]
+
+#: Why a mismatch matters, said once per mismatch line.
+IMPORT_FAILS = "a pin whose torch no longer matches the lock fails at import, not at install"
+
+# Platform tag prefixes of Linux wheels: the rest of the tag is the machine.
+_LINUX_PREFIXES = ("linux_", "manylinux", "musllinux")
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """What a wheel's file name says: distribution, version, python and machines."""
+
+    filename: str
+    name: NormalizedName
+    version: Version
+    tags: frozenset[Tag]
+
+    @classmethod
+    def parse(cls, filename: str) -> Wheel:
+        """Parse a wheel file name (or path, or URL); `UsageError` when it is not one."""
+        base = unquote(urlsplit(filename).path).rsplit("/", 1)[-1]
+        try:
+            name, version, _build, tags = parse_wheel_filename(base)
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            raise UsageError(f"{filename}: not a wheel file name ({exc})") from None
+        return cls(filename=base, name=name, version=version, tags=tags)
+
+    @property
+    def abi(self) -> AbiTag | None:
+        """The kernelpack ABI tag of the version, None for a wheel that carries none."""
+        return AbiTag.of_version(self.version)
+
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """`platform_machine` values the wheel installs on (`x86_64`, `aarch64`)."""
+        found = {_machine(tag.platform, self.filename) for tag in self.tags}
+        return tuple(sorted(found))
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        """`python_version` values for a per-interpreter wheel (`cp312-cp312`); () for abi3
+        and pure wheels, which install on every python the project allows."""
+        versions = set()
+        for tag in self.tags:
+            if tag.abi in ("abi3", "none") or not tag.interpreter.startswith("cp"):
+                return ()
+            digits = tag.interpreter[2:]
+            versions.add(f"{digits[0]}.{digits[1:]}")
+        return tuple(sorted(versions, key=lambda v: Version(v)))
+
+
+def _machine(platform: str, filename: str) -> str:
+    if platform.startswith(_LINUX_PREFIXES):
+        # linux_x86_64, manylinux_2_28_aarch64, manylinux2014_x86_64: the machine follows
+        # the prefix and its glibc/musl version fields, which are all digits.
+        parts = platform.split("_")
+        rest = parts[1:]
+        while rest and (rest[0].isdigit() or rest[0] == ""):
+            rest = rest[1:]
+        if rest:
+            return "_".join(rest)
+    raise UsageError(f"{filename}: platform tag {platform!r} is not a Linux machine")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One `[tool.uv.sources]` entry: a URL and the marker that selects it."""
+
+    package: NormalizedName
+    url: str
+    marker: str
+    wheel: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "package": self.package,
+            "url": self.url,
+            "marker": self.marker,
+            "wheel": self.wheel,
+        }
+
+
+def pins(wheels: Iterable[Wheel], url_base: str) -> list[Pin]:
+    """One pin per wheel and platform, ordered by package, machine (x86_64 first) and python.
+
+    The marker is `platform_machine == '<m>'`, and `and python_version == 'X.Y'` for a wheel
+    built for one interpreter (`cp312-cp312`). Two wheels claiming the same package, machine
+    and python are a `UsageError`: uv would pick one of them silently.
+    """
+    base = url_base.rstrip("/")
+    found: dict[tuple[str, str, str], Pin] = {}
+    for wheel in wheels:
+        for machine in wheel.machines:
+            for python in wheel.pythons or ("",):
+                marker = f"platform_machine == '{machine}'"
+                if python:
+                    marker += f" and python_version == '{python}'"
+                key = (wheel.name, machine, python)
+                other = found.get(key)
+                if other is not None and other.wheel != wheel.filename:
+                    raise UsageError(
+                        f"{wheel.filename} and {other.wheel} are both for {marker}; "
+                        "pass one wheel per package and platform"
+                    )
+                found[key] = Pin(wheel.name, f"{base}/{wheel.filename}", marker, wheel.filename)
+    return [found[key] for key in sorted(found, key=_order)]
+
+
+def _order(key: tuple[str, str, str]) -> tuple[str, int, str, Version]:
+    name, machine, python = key
+    known = PLATFORMS.index(machine) if machine in PLATFORMS else len(PLATFORMS)
+    return name, known, machine, Version(python or "0")
+
+
+def render_sources(entries: Sequence[Pin]) -> str:
+    """The `[tool.uv.sources]` table, ready to paste into `pyproject.toml`."""
+    lines = ["[tool.uv.sources]"]
+    by_package: dict[str, list[Pin]] = {}
+    for pin in entries:
+        by_package.setdefault(pin.package, []).append(pin)
+    for package, group in by_package.items():
+        lines.append(f"{package} = [")
+        lines += [f'    {{ url = "{pin.url}", marker = "{pin.marker}" }},' for pin in group]
+        lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    """One pinned kernel wheel and whether it imports under the locked torch."""
+
+    package: str
+    url: str
+    abi: AbiTag
+    problem: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "url": self.url,
+            "abi": str(self.abi),
+            "ok": self.ok,
+            "problem": self.problem,
+        }
+
+
+def locked_torch(lock: Path) -> list[Version]:
+    """Every distinct torch version `uv.lock` resolves (one per fork), lowest first."""
+    data = read_toml(lock)
+    versions = set()
+    for package in data.get("package", []):
+        if isinstance(package, Mapping) and package.get("name") == "torch":
+            try:
+                versions.add(Version(str(package.get("version"))))
+            except InvalidVersion:
+                raise UsageError(
+                    f"{display_path(lock)}: torch version {package.get('version')!r} "
+                    "is not a version"
+                ) from None
+    if not versions:
+        raise UsageError(f"{display_path(lock)}: no torch package in the lock")
+    return sorted(versions)
+
+
+def _source_urls(pyproject: Path) -> list[tuple[str, str]]:
+    data = read_toml(pyproject)
+    tool = data.get("tool", {})
+    sources = tool.get("uv", {}).get("sources", {}) if isinstance(tool, Mapping) else {}
+    if not isinstance(sources, Mapping):
+        raise UsageError(f"{display_path(pyproject)}: [tool.uv.sources] is not a table")
+    found = []
+    for package, value in sources.items():
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries:
+            if isinstance(entry, Mapping) and isinstance(entry.get("url"), str):
+                found.append((str(package), str(entry["url"])))
+    return found
+
+
+def check_pins(pyproject: Path, lock: Path) -> tuple[list[Version], list[PinCheck]]:
+    """The locked torch versions and, for every pinned kernel wheel URL, whether it matches.
+
+    A kernel wheel is a URL source whose wheel version carries a kernelpack ABI tag; other
+    sources are not kernelpack's business. A `torch` tag must equal every locked torch, a
+    `stable` tag must not exceed any of them, and the CUDA major must match a locked torch
+    that names one (`2.11.0+cu130`).
+    """
+    torches = locked_torch(lock)
+    checks = []
+    for package, url in _source_urls(pyproject):
+        if not urlsplit(url).path.endswith(".whl"):
+            continue
+        wheel = Wheel.parse(url)
+        abi = wheel.abi
+        if abi is None:
+            continue
+        checks.append(PinCheck(package, url, abi, _problem(wheel, abi, torches)))
+    return torches, checks
+
+
+def _problem(wheel: Wheel, abi: AbiTag, torches: Sequence[Version]) -> str | None:
+    for torch in torches:
+        if not abi.accepts(torch):
+            wants = f"torch {abi.torch}" if abi.kind == "torch" else f"torch >= {abi.torch}"
+            return f"{wheel.filename} needs {wants}, uv.lock has torch {torch}"
+        locked_cuda = AbiTag.cuda_of(torch)
+        if locked_cuda is not None and abi.cuda_major not in (None, locked_cuda):
+            return (
+                f"{wheel.filename} is built for CUDA {abi.cuda_major}, uv.lock has torch "
+                f"{torch} (CUDA {locked_cuda})"
+            )
+    return None

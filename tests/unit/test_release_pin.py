@@ -1,0 +1,195 @@
+"""`kernelpack pin`: paste-ready [tool.uv.sources] pins, and pins checked against uv.lock."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.version import Version
+
+from kernelpack.cli import main
+from kernelpack.errors import UsageError
+from kernelpack.release.abitag import AbiTag
+from kernelpack.release.pins import IMPORT_FAILS, Wheel, pins
+
+BASE = "https://github.com/o/r/releases/download/v0.8.0"
+STABLE_X86 = "llm_ops-0.1.0+cu130stable2.10-cp310-abi3-linux_x86_64.whl"
+STABLE_ARM = "llm_ops-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl"
+
+
+def _pin(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(["pin", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_prints_one_entry_per_platform_ready_to_paste(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _pin(capsys, STABLE_ARM, f"dist/{STABLE_X86}", "--url-base", BASE + "/")
+    assert code == 0
+    sources = tomllib.loads(out)["tool"]["uv"]["sources"]
+    assert sources == {
+        "llm-ops": [
+            {"url": f"{BASE}/{STABLE_X86}", "marker": "platform_machine == 'x86_64'"},
+            {"url": f"{BASE}/{STABLE_ARM}", "marker": "platform_machine == 'aarch64'"},
+        ]
+    }
+
+
+def test_per_interpreter_wheels_get_python_markers() -> None:
+    wheels = [
+        Wheel.parse(f"pk-0.1.0+cu130torch2.11.0-cp{py}-cp{py}-linux_x86_64.whl")
+        for py in ("312", "311")
+    ]
+    markers = [pin.marker for pin in pins(wheels, BASE)]
+    assert markers == [
+        "platform_machine == 'x86_64' and python_version == '3.11'",
+        "platform_machine == 'x86_64' and python_version == '3.12'",
+    ]
+
+
+def test_abi3_wheels_get_no_python_marker() -> None:
+    (pin,) = pins([Wheel.parse(STABLE_X86)], BASE)
+    assert pin.marker == "platform_machine == 'x86_64'"
+
+
+def test_two_wheels_for_one_platform_are_bad_input() -> None:
+    other = "llm_ops-0.2.0+cu130stable2.10-cp310-abi3-linux_x86_64.whl"
+    with pytest.raises(UsageError, match="both for platform_machine == 'x86_64'"):
+        pins([Wheel.parse(STABLE_X86), Wheel.parse(other)], BASE)
+
+
+def test_json_lists_every_pin(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _pin(capsys, STABLE_X86, "--url-base", BASE, "--json")
+    assert code == 0
+    assert json.loads(out)["sources"] == [
+        {
+            "package": "llm-ops",
+            "url": f"{BASE}/{STABLE_X86}",
+            "marker": "platform_machine == 'x86_64'",
+            "wheel": STABLE_X86,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["not-a-wheel.whl", "--url-base", BASE],
+        [STABLE_X86],
+        ["llm_ops-0.1.0-cp310-abi3-win_amd64.whl", "--url-base", BASE],
+    ],
+    ids=["bad-name", "no-url-base", "not-linux"],
+)
+def test_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(["pin", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err
+
+
+def test_abi_tag_parses_torch_and_stable_labels() -> None:
+    assert AbiTag.parse("cu130torch2.11.0") == AbiTag("cu130", "torch", Version("2.11.0"))
+    assert AbiTag.parse("cu128stable2.10").cuda_major == 12
+    with pytest.raises(ValueError, match="'cu130'"):
+        AbiTag.parse("cu130")
+
+
+def _project(tmp_path: Path, url: str, torch: str) -> Path:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        textwrap.dedent(
+            f"""\
+            [project]
+            name = "trainer"
+            version = "1.0"
+
+            [tool.uv.sources]
+            llm-ops = [{{ url = "{url}", marker = "platform_machine == 'x86_64'" }}]
+            other = {{ url = "https://example.com/other-1.0-py3-none-any.whl" }}
+            """
+        )
+    )
+    (tmp_path / "uv.lock").write_text(
+        textwrap.dedent(
+            f"""\
+            version = 1
+            [[package]]
+            name = "torch"
+            version = "{torch}"
+            [[package]]
+            name = "trainer"
+            version = "1.0"
+            """
+        )
+    )
+    return pyproject
+
+
+TORCH_PIN = f"{BASE}/llm_ops-0.1.0+cu130torch2.11.0-cp312-cp312-linux_x86_64.whl"
+
+
+def test_check_passes_when_pin_torch_equals_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _pin(capsys, "--check", str(_project(tmp_path, TORCH_PIN, "2.11.0")))
+    assert code == 0
+    assert "1 kernel wheel pin(s) match torch 2.11.0" in out
+
+
+def test_check_fails_when_lock_moved_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _pin(capsys, "--check", str(_project(tmp_path, TORCH_PIN, "2.12.0")))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line.startswith("llm-ops: llm_ops-0.1.0+cu130torch2.11.0-")
+    assert "needs torch 2.11.0, uv.lock has torch 2.12.0" in line
+    assert line.endswith(IMPORT_FAILS)
+
+
+def test_check_ignores_the_lock_torch_local_version_but_not_its_cuda(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _pin(capsys, "--check", str(_project(tmp_path, TORCH_PIN, "2.11.0+cu130")))[0] == 0
+    code, out = _pin(capsys, "--check", str(_project(tmp_path, TORCH_PIN, "2.11.0+cu128")))
+    assert code == 1
+    assert "built for CUDA 13, uv.lock has torch 2.11.0+cu128 (CUDA 12)" in out
+
+
+@pytest.mark.parametrize(("torch", "code"), [("2.10.0", 0), ("2.14.1", 0), ("2.9.1", 1)])
+def test_check_stable_pin_needs_lock_torch_at_least_its_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], torch: str, code: int
+) -> None:
+    pyproject = _project(tmp_path, f"{BASE}/{STABLE_X86}", torch)
+    assert _pin(capsys, "--check", str(pyproject))[0] == code
+
+
+def test_check_json_reports_each_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pyproject = _project(tmp_path, TORCH_PIN, "2.12.0")
+    code, out = _pin(capsys, "--check", str(pyproject), "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert report["ok"] is False and report["torch"] == ["2.12.0"]
+    (pin,) = report["pins"]
+    assert (pin["package"], pin["abi"], pin["ok"]) == ("llm-ops", "cu130torch2.11.0", False)
+
+
+def test_check_without_lock_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyproject = _project(tmp_path, TORCH_PIN, "2.11.0")
+    (tmp_path / "uv.lock").unlink()
+    assert main(["pin", "--check", str(pyproject)]) == 2
+    assert "uv.lock: does not exist" in capsys.readouterr().err
+
+
+def test_check_reads_an_explicit_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pyproject = _project(tmp_path, TORCH_PIN, "2.12.0")
+    other = tmp_path / "other"
+    other.mkdir()
+    _project(other, TORCH_PIN, "2.11.0")
+    code, _ = _pin(capsys, "--check", str(pyproject), "--lock", str(other / "uv.lock"))
+    assert code == 0

@@ -36,8 +36,11 @@ class FakeNvml(_Nvml):
 
     def handle_by_uuid(self, uuid: str) -> ctypes.c_void_p:
         if uuid == "MIG-1111":
-            return ctypes.c_void_p(2)
+            return ctypes.c_void_p(102)  # a MIG instance of GPU 2
         raise OSError("nvmlDeviceGetHandleByUUID: Not Found")
+
+    def mig_parent(self, handle: ctypes.c_void_p) -> ctypes.c_void_p:
+        return ctypes.c_void_p((handle.value or 0) - 100)
 
 
 def visible(value: str | None) -> list[int]:
@@ -70,6 +73,11 @@ def test_an_ambiguous_uuid_prefix_ends_the_list() -> None:
 
 def test_a_mig_uuid_is_resolved_through_nvml() -> None:
     assert visible("MIG-1111") == [-1]
+
+
+def test_a_mig_device_is_asked_about_through_its_parent_gpu() -> None:
+    ((_, handle),) = _visible_handles(FakeNvml(), "MIG-1111")
+    assert handle.value == 2
 
 
 def test_empty_cuda_visible_devices_means_no_device(monkeypatch: pytest.MonkeyPatch) -> None:

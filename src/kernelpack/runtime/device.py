@@ -105,6 +105,11 @@ class _Nvml:
         self._call("nvmlDeviceGetHandleByUUID", uuid.encode(), ctypes.byref(handle))
         return handle
 
+    def mig_parent(self, handle: ctypes.c_void_p) -> ctypes.c_void_p:
+        parent = ctypes.c_void_p()
+        self._call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle, ctypes.byref(parent))
+        return parent
+
     def _text(self, name: str, handle: ctypes.c_void_p) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)
         self._call(name, handle, buffer, ctypes.c_uint(_BUFFER))
@@ -145,8 +150,9 @@ def _visible_handles(nvml: _Nvml, visible: str | None) -> list[tuple[int, ctypes
             chosen.append((index, nvml.handle(index)))
         elif entry.startswith("MIG-"):
             try:
-                # A MIG instance runs the code its parent GPU runs.
-                chosen.append((-1, nvml.handle_by_uuid(entry)))
+                # A MIG instance runs the code its parent GPU runs; NVML answers only some
+                # queries for a MIG handle, every one for the parent's.
+                chosen.append((-1, nvml.mig_parent(nvml.handle_by_uuid(entry))))
             except OSError:
                 break
         elif entry.startswith("GPU-"):

@@ -97,7 +97,7 @@ def _from_manifest(manifest: Path) -> Project:
         if not pyproject.is_file():
             continue
         data = read_toml(pyproject)
-        settings = _settings(data, pyproject) or Settings(source=pyproject)
+        settings = Settings.from_pyproject(pyproject, data) or Settings(source=pyproject)
         if (
             settings.manifest is not None
             and _manifest_file(settings.manifest).resolve() != manifest.resolve()
@@ -111,7 +111,7 @@ def _from_pyproject(pyproject: Path) -> Project:
     root = pyproject.parent
     shown = display_path(pyproject)
     data = read_toml(pyproject)
-    settings = _settings(data, pyproject)
+    settings = Settings.from_pyproject(pyproject, data)
     if settings is None:
         raise UsageError(
             f"{shown}: no [tool.kernelpack] table and no {MANIFEST_NAME} next to it; {_EXPECTED}"
@@ -171,13 +171,6 @@ def _project(
         package_dir=package_dir,
         settings=settings,
     )
-
-
-def _settings(data: dict[str, Any], pyproject: Path) -> Settings | None:
-    tool = data.get("tool")
-    if not isinstance(tool, dict) or "kernelpack" not in tool:
-        return None
-    return Settings.from_table(tool["kernelpack"], pyproject)
 
 
 def _project_table(data: dict[str, Any]) -> dict[str, Any]:

@@ -52,10 +52,13 @@ class Settings:
     """Dependency name -> include folder (relative to the project root) or Python package."""
 
     @classmethod
-    def from_pyproject(cls, pyproject: Path) -> Settings | None:
-        """Read `pyproject`'s `[tool.kernelpack]`; None when it has no such table."""
-        data = read_toml(pyproject)
-        tool = data.get("tool", {})
+    def from_pyproject(
+        cls, pyproject: Path, data: Mapping[str, Any] | None = None
+    ) -> Settings | None:
+        """`pyproject`'s `[tool.kernelpack]`; None when it has no such table. `data`: the
+        already-parsed file, else it is read."""
+        data = read_toml(pyproject) if data is None else data
+        tool = data.get("tool")
         if not isinstance(tool, dict) or "kernelpack" not in tool:
             return None
         return cls.from_table(tool["kernelpack"], pyproject)

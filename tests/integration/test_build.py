@@ -297,6 +297,18 @@ def test_unbuildable_kernel_is_recorded_as_skipped_with_its_reason(
     assert result.libraries.keys() == {"scale"}
 
 
+def test_kernel_without_its_sources_is_skipped_so_the_rest_still_builds(
+    tree: Path, ccache_dir: Path
+) -> None:
+    # A kernel vendored as a git submodule that is not checked out: an empty folder.
+    shutil.rmtree(tree / "kpdemo" / "addone" / "csrc")
+    (tree / "kpdemo" / "addone" / "csrc").mkdir()
+    result = _build(tree, _env(ccache_dir))
+    reason = result.record.kernels["addone"].reason
+    assert reason is not None and reason.code == "sources-missing"
+    assert result.record.kernels["scale"].built
+
+
 def test_require_variable_turns_a_skip_into_an_error(tree: Path, ccache_dir: Path) -> None:
     _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
     with pytest.raises(PlanError, match="addone"):

@@ -452,6 +452,25 @@ def test_namespace_collision_raised_while_registering_is_classified(
     assert reason is not None and reason.code == "namespace-collision"
 
 
+def test_a_taken_namespace_is_reported_before_a_library_that_would_not_load(
+    root: Path, foreign_library: str
+) -> None:
+    package = unique_name()
+    kernel = built("k", package, library="k/_C.so", namespace=foreign_library)
+    make_package(root, package, {"k": kernel})
+    (root / package / "k" / "_C.so").write_bytes(b"corrupt" * 1024)
+    assert registry(package).unavailable_reason("k").code == "namespace-collision"  # type: ignore[union-attr]
+
+
+def test_a_missing_library_is_load_failed_even_in_a_taken_namespace(
+    root: Path, foreign_library: str
+) -> None:
+    package = unique_name()
+    kernel = built("k", package, library="k/_C.abi3.so", namespace=foreign_library)
+    make_package(root, package, {"k": kernel})
+    assert registry(package).unavailable_reason("k").code == "load-failed"  # type: ignore[union-attr]
+
+
 def test_kernels_sharing_a_namespace_in_one_package_do_not_collide(root: Path) -> None:
     pytest.importorskip("torch")
     package = unique_name()

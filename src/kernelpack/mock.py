@@ -35,10 +35,6 @@ class BrokenNativeWarning(RuntimeWarning):
     """A native module exists but failed to load; it was stubbed, and this says why."""
 
 
-def _raise(module: str, original: BaseException | None) -> NoReturn:
-    raise MissingNativeError(module, original)
-
-
 class _StubMeta(type):
     """The type of stubbed names: classes, so they subclass and `isinstance` cleanly."""
 
@@ -46,7 +42,7 @@ class _StubMeta(type):
     __kp_error__: BaseException | None
 
     def __call__(cls, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise(cls.__kp_module__, cls.__kp_error__)
+        raise MissingNativeError(cls.__kp_module__, cls.__kp_error__)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return False

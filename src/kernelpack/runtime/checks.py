@@ -28,7 +28,11 @@ __all__ = ["CHECKS", "Check", "Context", "disabled_kernels", "env_prefix", "firs
 
 
 def env_prefix(package: str) -> str:
-    """The environment-variable prefix of a package: `llm_ops` -> `LLM_OPS`."""
+    """The environment-variable prefix of a package: `llm_ops` -> `LLM_OPS`.
+
+    Always the name upper-cased: a prefix customised in `[tool.kernelpack]` is not in the
+    build record, so the run time cannot know it (`KERNELPACK_DISABLE` works for any package).
+    """
     return re.sub(r"[^A-Za-z0-9]", "_", package).upper()
 
 

@@ -1,4 +1,5 @@
-"""kernelpack's own wheel carries what Bazel users need from it: `defs.bzl` and the runner."""
+"""kernelpack's own wheel carries the files its users need besides the modules: `defs.bzl` and
+the runner for Bazel, `py.typed` for type checkers of kernel packages."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("kernelpack/bazel/defs.bzl", "kernelpack/bazel/pytest_runner.py")
+SHIPPED = ("kernelpack/bazel/defs.bzl", "kernelpack/bazel/pytest_runner.py", "kernelpack/py.typed")
 
 
 @pytest.fixture(scope="module")
@@ -37,5 +38,5 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_kernelpack_wheel_ships_the_bazel_file_unchanged(wheel: zipfile.ZipFile, name: str) -> None:
+def test_kernelpack_wheel_ships_the_file_unchanged(wheel: zipfile.ZipFile, name: str) -> None:
     assert wheel.read(name) == (REPO / "src" / name).read_bytes()

@@ -4,7 +4,7 @@ The package `benchmarks/packages/kpbench` has four classic-ABI kernels (one `.cu
 headers). Each tool builds it in its own temporary copy, with a private, initially empty
 ccache (both tools put ccache in front of nvcc when it is on PATH), in four scenarios:
 
-- cold: empty cache, nothing built;
+- cold: empty caches (ccache, and kernelpack's cache of torch facts), nothing built;
 - warm, fresh clone: the same sources copied to another folder, the cache kept;
 - no-op: build the built tree again;
 - one kernel edited: a real code change in one kernel's source.
@@ -207,6 +207,8 @@ def main() -> int:
         for tool_name in ("BuildExtension", "kernelpack"):
             env = dict(os.environ)
             env["CCACHE_DIR"] = str(work / f"ccache-{tool_name}")
+            # Cold includes kernelpack's machine cache of torch facts: it starts empty too.
+            env["XDG_CACHE_HOME"] = str(work / f"xdg-{tool_name}")
             env["MAX_JOBS"] = str(toolchain["jobs"])
             env["CUDA_HOME"] = toolchain["cuda_home"]
             tool: _Tool

@@ -39,7 +39,14 @@ from packaging.version import InvalidVersion, Version
 from kernelpack.errors import UsageError
 from kernelpack.reason import Reason
 
-__all__ = ["DEFAULT_CUDA_HOME", "JOB_MEMORY_BYTES", "Toolchain", "available_memory", "detect"]
+__all__ = [
+    "DEFAULT_CUDA_HOME",
+    "JOB_MEMORY_BYTES",
+    "Toolchain",
+    "available_memory",
+    "cache_dir",
+    "detect",
+]
 
 #: The toolkit tried last, when neither the environment nor PATH name one.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
@@ -344,8 +351,16 @@ def _cache_path(env: dict[str, str]) -> Path | None:
     ]
     key = json.dumps([_CACHE_SCHEMA, sys.executable, env.get("PYTHONPATH", ""), *stamps])
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or Path.home(), ".cache")
-    return Path(base) / "kernelpack" / f"torch-{digest}.json"
+    return cache_dir(env) / f"torch-{digest}.json"
+
+
+def cache_dir(environ: Mapping[str, str]) -> Path:
+    """This machine's kernelpack cache: `$XDG_CACHE_HOME/kernelpack` (`~/.cache/kernelpack`).
+
+    It holds facts about installed tools, keyed by what they are derived from, so that
+    builds of any project, fresh clones included, need not import torch to learn them."""
+    home = environ.get("HOME") or str(Path.home())
+    return Path(environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")) / "kernelpack"
 
 
 def _torch_facts(python: str, env: dict[str, str]) -> dict[str, Any]:

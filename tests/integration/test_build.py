@@ -189,10 +189,8 @@ def test_record_on_disk_has_the_design_schema_1_keys(tree: Path, ccache_dir: Pat
 
 
 def _flags(built: tuple[Path, BuildResult], kernel: str) -> KernelFlags:
-    root, result = built
-    toolchain = result.plan.toolchain
-    torch = TorchFacts.query(toolchain, root / "build" / "kernelpack")
-    return kernel_flags(result.plan.kernel(kernel), toolchain, torch)
+    toolchain = built[1].plan.toolchain
+    return kernel_flags(built[1].plan.kernel(kernel), toolchain, TorchFacts.query(toolchain))
 
 
 def test_classic_flags_come_from_torch_helpers(built: tuple[Path, BuildResult]) -> None:
@@ -274,6 +272,29 @@ def test_fresh_clone_in_another_folder_hits_the_cache(tmp_path: Path, ccache_dir
     hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
     assert int(stats["cache_miss"]) == 0
     assert hits == len(built_result.compiled) > 0
+
+
+def test_fresh_clone_does_not_import_torch(
+    built: tuple[Path, BuildResult],
+    tmp_path: Path,
+    ccache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What torch says (version, ABI, extension flags) is cached on the machine, not per tree.
+    clone = tmp_path / "clone"
+    shutil.copytree(PACKAGE, clone, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    pythons: list[list[str]] = []
+    run = subprocess.run
+
+    def spy(argv: list[str], *args: object, **kwargs: object) -> object:
+        if "-c" in argv:
+            pythons.append(argv)
+        return run(argv, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    result = _build(clone, _env(ccache_dir))
+    assert result.libraries.keys() == {"scale", "addone"}
+    assert pythons == []
 
 
 # --- selection -----------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         if to_build:
             if toolchain.nvcc is None:
                 raise BuildError("nvcc is needed to build kernels but none was found")
-            torch = TorchFacts.query(toolchain, build_dir)
+            torch = TorchFacts.query(toolchain, environ)
             nodes = []
             for kernel in to_build:
                 flags = kernel_flags(
@@ -232,12 +232,9 @@ def plan_project(
     kernels: frozenset[str] | None = None,
     require: bool | None = None,
     environ: Mapping[str, str] | None = None,
-    build_dir: Path | None = None,
 ) -> BuildPlan:
-    """Detect the toolchain (cached in the build folder, see `toolcache`) and plan `project`
-    (env selection, overridden by the arguments)."""
-    from kernelpack import plan
-    from kernelpack.build import toolcache
+    """Detect the toolchain and plan `project` (env selection, overridden by the arguments)."""
+    from kernelpack import plan, toolchain
 
     env = dict(os.environ if environ is None else environ)
     selection = Selection.from_env(project.env_prefix, env)
@@ -246,8 +243,7 @@ def plan_project(
     if require is not None:
         selection = replace(selection, require=require)
     manifest = project.load_manifest(allow_missing_sources=True)
-    found = toolcache.detect(env, build_dir or build_dir_for(project))
-    return plan.plan(manifest, found, selection)
+    return plan.plan(manifest, toolchain.detect(env), selection)
 
 
 def project_version(project: Project, plan: BuildPlan) -> str:
@@ -271,9 +267,7 @@ def build_project(
 
     env = dict(os.environ if environ is None else environ)
     build_dir = build_dir or build_dir_for(project)
-    decided = plan_project(
-        project, kernels=kernels, require=require, environ=env, build_dir=build_dir
-    )
+    decided = plan_project(project, kernels=kernels, require=require, environ=env)
     dep_dirs = {k.name: deps.include_dirs(k.spec.depends, project, env) for k in decided.to_build}
     options = BuildOptions(
         root=project.root,

@@ -1,17 +1,19 @@
 """Compiler and linker flag sets: torch's own facts, then one `KernelFlags` per kernel.
 
 torch's include/library paths, its cxx11-ABI choice and its nvcc defaults are asked of torch
-itself (`torch.utils.cpp_extension`) once, in a subprocess, and cached in the build folder
-keyed by the torch install, so a no-op build does not pay for `import torch`.
+itself (`torch.utils.cpp_extension`) once, in a subprocess, and cached on this machine keyed
+by the torch install, so no-op builds and fresh clones do not pay for `import torch`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from packaging.version import Version
 
 from kernelpack.errors import BuildError
 from kernelpack.plan import KernelPlan
-from kernelpack.toolchain import Toolchain
+from kernelpack.toolchain import Toolchain, cache_dir
 
 __all__ = [
     "INCLUDE_DIR",
@@ -64,24 +66,25 @@ class TorchFacts:
     """torch's `COMMON_NVCC_FLAGS` (half/bfloat16 operator switches, relaxed constexpr)."""
 
     @classmethod
-    def query(cls, toolchain: Toolchain, cache_dir: Path | None = None) -> TorchFacts:
+    def query(cls, toolchain: Toolchain, environ: Mapping[str, str] | None = None) -> TorchFacts:
         """Ask torch (in a subprocess, with CUDA_HOME set to the toolchain's toolkit).
 
-        The answer is cached in `cache_dir/torch-facts.json`, keyed by the interpreter, the
-        torch folder and its version file's mtime, and the toolkit.
+        The answer is cached in this machine's kernelpack cache (`toolchain.cache_dir`),
+        keyed by the interpreter, the torch folder and its version file's mtime, the toolkit
+        and this query, so builds of other projects and fresh clones do not import torch.
         """
         if toolchain.torch_dir is None:
             raise BuildError(f"torch is needed to build kernels: {toolchain.torch_missing}")
+        env = dict(os.environ if environ is None else environ)
         key = _cache_key(toolchain)
-        cache = cache_dir / "torch-facts.json" if cache_dir is not None else None
-        if cache is not None and cache.is_file():
-            try:
-                data = json.loads(cache.read_text(encoding="utf-8"))
-                if data.get("key") == key:
-                    return cls._from_json(data["facts"])
-            except (ValueError, KeyError, TypeError):
-                pass
-        env = dict(os.environ)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        cache = cache_dir(env) / f"torch-ext-{digest}.json"
+        try:
+            data = json.loads(cache.read_text(encoding="utf-8"))
+            if data.get("key") == key:
+                return cls._from_json(data["facts"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
         if toolchain.cuda_home is not None:
             env["CUDA_HOME"] = str(toolchain.cuda_home)
         proc = subprocess.run(
@@ -91,11 +94,13 @@ class TorchFacts:
             last = proc.stderr.strip().splitlines()[-1:] or ["no output"]
             raise BuildError(f"could not ask torch for its extension flags: {last[0]}")
         facts = json.loads(proc.stdout.strip().splitlines()[-1])
-        if cache is not None:
+        try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
             tmp.write_text(json.dumps({"key": key, "facts": facts}), encoding="utf-8")
             os.replace(tmp, cache)
+        except OSError:
+            pass  # an unwritable cache only costs the next build this query
         return cls._from_json(facts)
 
     @classmethod
@@ -114,7 +119,8 @@ def _cache_key(toolchain: Toolchain) -> str:
     assert toolchain.torch_dir is not None
     version_file = toolchain.torch_dir / "version.py"
     mtime = version_file.stat().st_mtime_ns if version_file.exists() else 0
-    return f"{sys.executable}|{toolchain.torch_dir}|{mtime}|{toolchain.cuda_home}"
+    query = hashlib.sha256(_QUERY.encode()).hexdigest()[:12]
+    return f"{sys.executable}|{toolchain.torch_dir}|{mtime}|{toolchain.cuda_home}|{query}"
 
 
 def stable_target_hex(target: Version) -> str:

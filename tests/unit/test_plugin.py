@@ -125,6 +125,16 @@ def test_kernelpack_require_env_turns_the_skip_into_a_failure(
     pytester.runpytest().assert_outcomes(errors=1)
 
 
+def test_kernelpack_require_that_is_not_a_boolean_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELPACK_REQUIRE", "ture")
+    write_test(pytester, "def test_x(): pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*KERNELPACK_REQUIRE=ture is not a boolean; use 1 or 0"])
+
+
 def test_require_fails_before_fixtures_run(pytester: pytest.Pytester, kp: str) -> None:
     pytester.makeconftest(NO_GPU_CONFTEST)
     write_test(

@@ -34,7 +34,9 @@ __all__ = [
     "pytest_testnodedown",
 ]
 
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+_REQUIRED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,13 +56,23 @@ def pytest_configure(config: pytest.Config) -> None:
         'kernel(*names): needs each kernel "pkg.name"; skipped with its reason when unavailable',
     )
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped when none is visible")
+    config.stash[_REQUIRED] = _require_setting(config)
+
+
+def _require_setting(config: pytest.Config) -> bool:
+    """`--kernels-require`, else `KERNELPACK_REQUIRE`, read as the build reads it: a value that
+    is not a boolean is an error, never a quiet "no" on a GPU runner."""
+    if config.getoption("kernels_require", default=None):
+        return True
+    value = os.environ.get("KERNELPACK_REQUIRE", "")
+    word = value.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise pytest.UsageError(f"KERNELPACK_REQUIRE={value} is not a boolean; use 1 or 0")
+    return word in _TRUE
 
 
 def _required(config: pytest.Config) -> bool:
-    option = config.getoption("kernels_require", default=None)
-    if option:
-        return True
-    return os.environ.get("KERNELPACK_REQUIRE", "").strip().lower() in _TRUE
+    return config.stash[_REQUIRED]
 
 
 def _kernel_names(item: pytest.Item) -> list[str]:

@@ -16,6 +16,9 @@
 #include "rmsnorm.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "vec.cuh"
 
@@ -37,6 +40,21 @@ constexpr int kMaxElemsPerThread = 16;
 #endif
 
 constexpr int kStagedElemsPerThread = LLM_OPS_STAGED_ELEMS;
+
+// The forward row kernels (the 16-byte path): vectors a thread, smallest CTA, cache hints
+// (2: x and residual skip L1, y and h are streaming stores).
+constexpr int kRowsVectors = 2;
+constexpr int kRowsMinCta = 128;
+constexpr int kRowsHint = 2;
+// The forward without a residual. LLM_OPS_RMSNORM_PLAIN = 0: the row kernels for rows up to
+// kRowsPlainMaxRowBytes, the persistent register kernel above; 2 or 4: the row kernels at
+// every size with that many vectors a thread and the registers capped for occupancy.
+#ifndef LLM_OPS_RMSNORM_PLAIN
+#define LLM_OPS_RMSNORM_PLAIN 0
+#endif
+constexpr bool kRowsOccupyPlain = LLM_OPS_RMSNORM_PLAIN != 0;
+constexpr int kRowsVectorsPlain = kRowsOccupyPlain ? LLM_OPS_RMSNORM_PLAIN : kRowsVectors;
+constexpr int64_t kRowsPlainMaxRowBytes = 4096;
 constexpr int kForcedStages = LLM_OPS_STAGES;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -405,6 +423,179 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// ---- Row kernels: the 16-byte forward path ------------------------------------------------
+//
+// One row per group of threads, the whole row held in registers: each thread issues all its
+// 16-byte loads of x (and residual) and of w before the reduction, so a row's bytes are in
+// flight at once. The grid is not persistent (a group a row, blockDim.y rows a CTA): many
+// small CTAs an SM keep HBM busy and the scheduler overlaps one CTA's stores with another's
+// loads. x and residual are read once, so their loads skip L1 (L1::no_allocate); w is read
+// by every row and stays cached.
+
+// Loads 16 bytes read once (x, residual): HINT >= 1 does not allocate them in L1.
+template <int HINT, typename V>
+__device__ __forceinline__ V load_once(const V* p) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  if constexpr (HINT >= 1) {
+    uint4 u;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
+    V v;
+    __builtin_memcpy(&v, &u, sizeof(V));
+    return v;
+  } else {
+    return *p;
+  }
+}
+
+// Stores 16 bytes written once (y, h): HINT >= 2 marks them streaming (evict first).
+template <int HINT, typename V>
+__device__ __forceinline__ void store_once(V* p, const V& v) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  if constexpr (HINT >= 2) {
+    uint4 u;
+    __builtin_memcpy(&u, &v, sizeof(V));
+    __stcs(reinterpret_cast<uint4*>(p), u);
+  } else {
+    *p = v;
+  }
+}
+
+// Threads a CTA of the row kernel may have: fewer as a thread holds more (its registers).
+template <int NV>
+constexpr int kRowsMaxThreads = NV <= 2 ? 1024 : (NV == 4 ? 512 : 256);
+// With OCCUPY, CTAs an SM must hold at the largest CTA: caps the registers (32 a thread up to
+// 2 vectors, 64 above) so that more rows are in flight an SM.
+template <int NV, bool OCCUPY>
+constexpr int kRowsMinBlocks = !OCCUPY ? 1 : (NV <= 2 ? 2 : (NV == 4 ? 2 : 4));
+
+// Makes the compiler forget what it knows of `v`'s value: the fp32 conversions of a row made
+// for the sum of squares are then recomputed for the output instead of held in registers.
+template <typename V>
+__device__ __forceinline__ void opaque(V& v) {
+  static_assert(sizeof(V) == 16, "16-byte vectors only");
+  uint32_t u[4];
+  __builtin_memcpy(u, &v, sizeof(V));
+  asm volatile("" : "+r"(u[0]), "+r"(u[1]), "+r"(u[2]), "+r"(u[3]));
+  __builtin_memcpy(&v, u, sizeof(V));
+}
+
+template <typename T, int NV, bool RESIDUAL, int HINT, bool OCCUPY>
+__global__ void __launch_bounds__(kRowsMaxThreads<NV>, kRowsMinBlocks<NV, OCCUPY>)
+    forward_rows_kernel(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd_out,
+                        const T* __restrict__ x, const T* __restrict__ residual,
+                        const T* __restrict__ w, int64_t rows, int hidden, float eps) {
+  constexpr int VEC = kVec16<T>;
+  using V = Vec<T, VEC>;
+  __shared__ float partials[32];
+  const int per_row = static_cast<int>(blockDim.x);  // threads a row, a multiple of 32
+  const int nvec = hidden / VEC;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool live = row < rows;
+  const int64_t offset = row * hidden;
+  const float inv_hidden = 1.f / static_cast<float>(hidden);
+
+  V xr[NV];
+  V rr[NV];
+  V wr[NV];
+  if (live) {
+    const V* x_row = reinterpret_cast<const V*>(x + offset);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * per_row;
+      if (j < nvec) {
+        xr[k] = load_once<HINT>(x_row + j);
+      }
+    }
+    if constexpr (RESIDUAL) {
+      const V* r_row = reinterpret_cast<const V*>(residual + offset);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int j = threadIdx.x + k * per_row;
+        if (j < nvec) {
+          rr[k] = load_once<HINT>(r_row + j);
+        }
+      }
+    }
+  }
+  const V* w_vec = reinterpret_cast<const V*>(w);
+  const auto load_w = [&] {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * per_row;
+      if (j < nvec) {
+        wr[k] = w_vec[j];
+      }
+    }
+  };
+  // w is read by every row (cached); with the registers capped it is loaded after the
+  // reduction, so that it holds no registers while x is in flight.
+  if constexpr (!OCCUPY) {
+    load_w();
+  }
+
+  float sum_sq = 0.f;
+  if (live) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * per_row;
+      if (j < nvec) {
+        if constexpr (RESIDUAL) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            xr[k].v[e] = from_float<T>(to_float(xr[k].v[e]) + to_float(rr[k].v[e]));
+          }
+          store_once<HINT>(reinterpret_cast<V*>(h_out + offset) + j, xr[k]);
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float f = to_float(xr[k].v[e]);
+          sum_sq += f * f;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    opaque(xr[k]);
+  }
+  sum_sq = warp_sum(sum_sq);
+  const int warps_per_row = per_row >> 5;
+  if (warps_per_row > 1) {  // the same for the whole CTA: every thread reaches the barrier
+    const int lane = threadIdx.x & 31;
+    const int first = threadIdx.y * warps_per_row;
+    if (lane == 0) {
+      partials[first + (threadIdx.x >> 5)] = sum_sq;
+    }
+    __syncthreads();
+    sum_sq = warp_sum(lane < warps_per_row ? partials[first + lane] : 0.f);
+  }
+  if (!live) {
+    return;
+  }
+  const float rstd = rsqrtf(sum_sq * inv_hidden + eps);
+  if (threadIdx.x == 0) {
+    rstd_out[row] = rstd;
+  }
+  if constexpr (OCCUPY) {
+    load_w();
+  }
+  V* y_row = reinterpret_cast<V*>(y + offset);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = threadIdx.x + k * per_row;
+    if (j < nvec) {
+      V out;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        out.v[e] = from_float<T>(to_float(xr[k].v[e]) * rstd * to_float(wr[k].v[e]));
+      }
+      store_once<HINT>(y_row + j, out);
+    }
+  }
+}
+
 template <typename T, int NV, int STAGES, bool DRESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_staged_kernel(T* __restrict__ dx, float* __restrict__ dw_partial,
@@ -689,6 +880,135 @@ void forward_staged_any(const ForwardArgs& a, int stages, int threads, size_t st
   }
 }
 
+// The launch of a row kernel: `nv` 16-byte vectors a thread, `per_row` threads a row (a
+// multiple of 32), `rows_per_cta` rows a CTA, and the cache hints (see load_once/store_once).
+struct RowsPlan {
+  int nv;
+  int per_row;
+  int rows_per_cta;
+  int hint;
+  bool occupy;  // registers capped for more CTAs an SM (kRowsMinBlocks)
+};
+
+// A plan holding at most `nv` vectors a thread (more when a row needs over 1024 threads) in
+// CTAs of at least `min_cta` threads; false when no row kernel takes the row.
+bool plan_rows(int64_t nvec, int nv, int min_cta, int hint, bool occupy, RowsPlan* plan) {
+  const auto limit_for = [](int v) -> int64_t { return v <= 2 ? 1024 : (v == 4 ? 512 : 256); };
+  while (nv < 8 && (nvec + nv - 1) / nv > limit_for(nv)) {  // kRowsMaxThreads<nv>
+    nv *= 2;
+  }
+  const int64_t per_row = std::max<int64_t>(32, ((nvec + nv - 1) / nv + 31) / 32 * 32);
+  const int64_t limit = limit_for(nv);
+  if (per_row > limit) {
+    return false;
+  }
+  const int64_t rows_per_cta =
+      std::max<int64_t>(1, std::min<int64_t>(min_cta, limit) / per_row);
+  *plan = {nv, static_cast<int>(per_row), static_cast<int>(rows_per_cta), hint, occupy};
+  return true;
+}
+
+template <typename T, int NV, bool RESIDUAL, int HINT, bool OCCUPY>
+void forward_rows_launch(const ForwardArgs& a, const RowsPlan& p, cudaStream_t stream) {
+  const dim3 block(p.per_row, p.rows_per_cta);
+  const auto grid = static_cast<unsigned>((a.rows + p.rows_per_cta - 1) / p.rows_per_cta);
+  forward_rows_kernel<T, NV, RESIDUAL, HINT, OCCUPY><<<grid, block, 0, stream>>>(
+      static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd, static_cast<const T*>(a.x),
+      static_cast<const T*>(a.residual), static_cast<const T*>(a.w), a.rows,
+      static_cast<int>(a.hidden), a.eps);
+}
+
+template <typename T, bool RESIDUAL, int HINT, bool OCCUPY>
+void forward_rows_nv(const ForwardArgs& a, const RowsPlan& p, cudaStream_t stream) {
+  switch (p.nv) {
+    case 1:
+      forward_rows_launch<T, 1, RESIDUAL, HINT, OCCUPY>(a, p, stream);
+      break;
+    case 2:
+      forward_rows_launch<T, 2, RESIDUAL, HINT, OCCUPY>(a, p, stream);
+      break;
+    case 4:
+      forward_rows_launch<T, 4, RESIDUAL, HINT, OCCUPY>(a, p, stream);
+      break;
+    default:
+      forward_rows_launch<T, 8, RESIDUAL, HINT, OCCUPY>(a, p, stream);
+      break;
+  }
+}
+
+template <typename T, bool RESIDUAL>
+void forward_rows(const ForwardArgs& a, const RowsPlan& p, cudaStream_t stream) {
+#ifdef LLM_OPS_RMSNORM_TUNING
+  if constexpr (!RESIDUAL) {
+    if (p.occupy) {
+      switch (p.hint) {
+        case 0:
+          forward_rows_nv<T, RESIDUAL, 0, true>(a, p, stream);
+          return;
+        case 1:
+          forward_rows_nv<T, RESIDUAL, 1, true>(a, p, stream);
+          return;
+        default:
+          forward_rows_nv<T, RESIDUAL, 2, true>(a, p, stream);
+          return;
+      }
+    }
+  }
+  switch (p.hint) {
+    case 0:
+      forward_rows_nv<T, RESIDUAL, 0, false>(a, p, stream);
+      return;
+    case 1:
+      forward_rows_nv<T, RESIDUAL, 1, false>(a, p, stream);
+      return;
+    default:
+      forward_rows_nv<T, RESIDUAL, 2, false>(a, p, stream);
+      return;
+  }
+#else
+  forward_rows_nv<T, RESIDUAL, kRowsHint, !RESIDUAL && kRowsOccupyPlain>(a, p, stream);
+#endif
+}
+
+// Which forward kernel takes a 16-byte row: the row kernels (RowsPlan), the staged kernel,
+// or the persistent register kernel.
+enum class ForwardKind { kRows, kStaged, kRegister };
+
+// The row kernel's plan for a row of `nvec` 16-byte vectors of `elem` bytes each element.
+ForwardKind choose_forward(int64_t nvec, int elem, bool residual, RowsPlan* plan) {
+#ifdef LLM_OPS_RMSNORM_TUNING
+  // Tuning builds only: LLM_OPS_RMSNORM_FWD = staged | register | rows:NV:MIN_CTA:HINT[:OCCUPY].
+  if (const char* env = std::getenv("LLM_OPS_RMSNORM_FWD")) {
+    int nv = 0;
+    int min_cta = 0;
+    int hint = 0;
+    int occupy = 0;
+    if (std::strcmp(env, "staged") == 0) {
+      return ForwardKind::kStaged;
+    }
+    if (std::strcmp(env, "register") == 0) {
+      return ForwardKind::kRegister;
+    }
+    if (std::sscanf(env, "rows:%d:%d:%d:%d", &nv, &min_cta, &hint, &occupy) >= 3 &&
+        plan_rows(nvec, nv, min_cta, hint, occupy != 0, plan)) {
+      return ForwardKind::kRows;
+    }
+  }
+#endif
+  // Measured on an H200 (docs/llm_ops.md): with a residual (two inputs a row) the row
+  // kernels win at every size. Without one, they win for rows up to 4 KB; larger rows keep
+  // too few bytes in flight an SM unless the registers are capped (kRowsOccupyPlain), and the
+  // persistent register kernel, which loads the next row while it reduces this one, wins.
+  if (!residual && !kRowsOccupyPlain && nvec * 16 > kRowsPlainMaxRowBytes) {
+    return ForwardKind::kRegister;
+  }
+  (void)elem;
+  return plan_rows(nvec, residual ? kRowsVectors : kRowsVectorsPlain, kRowsMinCta, kRowsHint,
+                   !residual && kRowsOccupyPlain, plan)
+             ? ForwardKind::kRows
+             : ForwardKind::kStaged;
+}
+
 template <typename T>
 void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   if (!can_vectorise<T>(a.hidden, {a.y, a.h, a.x, a.residual, a.w})) {
@@ -696,9 +1016,24 @@ void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
     return;
   }
   constexpr int VEC = kVec16<T>;
+  const bool residual = a.residual != nullptr;
+  RowsPlan plan{};
+  const ForwardKind kind = choose_forward(a.hidden / VEC, sizeof(T), residual, &plan);
+  if (kind == ForwardKind::kRows && (a.rows + plan.rows_per_cta - 1) / plan.rows_per_cta <=
+                                        static_cast<int64_t>(0x7fffffff)) {
+    if (residual) {
+      forward_rows<T, true>(a, plan, stream);
+    } else {
+      forward_rows<T, false>(a, plan, stream);
+    }
+    return;
+  }
+  if (kind == ForwardKind::kRegister) {
+    forward_vec<T, VEC>(a, stream);
+    return;
+  }
   constexpr int NV = kStagedElemsPerThread / VEC;
   const int threads = threads_for<VEC, NV>(a.hidden);
-  const bool residual = a.residual != nullptr;
   const size_t stage_bytes = (residual ? 2 : 1) * static_cast<size_t>(NV) * threads * 16;
   const int stages = pick_stages(threads, 0, stage_bytes);
   if (stages == 0) {

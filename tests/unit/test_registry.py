@@ -344,6 +344,31 @@ def test_newer_driver_is_fine(root: Path) -> None:
     assert registry(package, probe=fake_probe("9.0", driver_cuda="13.1")).is_available("k")
 
 
+# -- the order of the later checks -------------------------------------------------------------
+
+
+def test_arch_mismatch_is_checked_before_torch(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package)}, tool=toolchain(torch="2.13.0"))
+    reason = registry(package, probe=fake_probe("8.0")).unavailable_reason("k")
+    assert reason is not None and reason.code == "arch-mismatch"
+
+
+def test_torch_mismatch_is_checked_before_the_driver(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package)}, tool=toolchain(torch="2.13.0"))
+    reason = registry(package, probe=fake_probe("9.0", driver_cuda="12.8")).unavailable_reason("k")
+    assert reason is not None and reason.code == "torch-mismatch"
+
+
+def test_driver_too_old_is_checked_before_loading(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package)}, c_module="raise OSError('boom')\n")
+    reason = registry(package, probe=fake_probe("9.0", driver_cuda="12.8")).unavailable_reason("k")
+    assert reason is not None and reason.code == "driver-too-old"
+    assert f"{package}.k" not in sys.modules
+
+
 # -- load-failed --------------------------------------------------------------------------------
 
 

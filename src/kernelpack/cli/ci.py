@@ -1,0 +1,70 @@
+"""`kernelpack ci [PATH] [--out FILE] [--check]`: the GitHub Actions workflow that builds a
+package's wheels for x86_64 and aarch64, uploads them and prints their pins.
+
+Run it from the repository root (where `.github/` lives); PATH is the kernel project, which
+may be a git submodule (then the workflow triggers on its gitlink). `--check` exits 1 when the
+file on disk differs from what would be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kernelpack._toml import display_path
+from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.project import PATH_HELP, locate
+from kernelpack.release.workflow import DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `ci` verb."""
+    parser = subparsers.add_parser(
+        "ci",
+        help="write the GitHub Actions workflow that builds and pins the wheels",
+        description=(
+            "Write a GitHub Actions workflow building the package's wheels for x86_64 and "
+            "aarch64 in the CUDA devel container, with every kernel required; it uploads them "
+            "and prints the `kernelpack pin` lines into the job summary."
+        ),
+    )
+    parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"the workflow file (default: {DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when the workflow file is out of date"
+    )
+    parser.add_argument(
+        "--cuda",
+        help=f"CUDA of the container (default: the locked torch's, else {DEFAULT_CUDA})",
+    )
+    parser.add_argument("--python", default="3.12", help="Python to build with (default: 3.12)")
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write (or check) the workflow."""
+    repo = Path.cwd()
+    workflow = Workflow.of(locate(args.path), repo, args.out, cuda=args.cuda, python=args.python)
+    text = workflow.text()
+    out: Path = args.out
+    shown = display_path(out)
+    current = out.read_text(encoding="utf-8") if out.is_file() else None
+    if args.check:
+        if current == text:
+            print(f"{shown} is up to date")
+            return 0
+        problem = "does not exist" if current is None else "is out of date"
+        raise KernelpackError(f"{shown} {problem}; write it with `kernelpack ci`")
+    if current is not None and not current.startswith(HEADER) and not args.force:
+        raise UsageError(f"{shown}: exists and was not written by kernelpack ci; pass --force")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {shown} (triggers on: {', '.join(workflow.paths)})")
+    return 0

@@ -1,0 +1,128 @@
+"""`kernelpack ci`: the workflow that builds, uploads and pins a package's wheels."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kernelpack.cli import main
+
+OUT = Path(".github/workflows/build_kernels.yaml")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository root (the working folder) holding a kernel project under deps/my-ops."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "deps/my-ops", "--kernel", "scale"]) == 0
+    return tmp_path
+
+
+def _as_submodule(repo: Path) -> None:
+    (repo / ".gitmodules").write_text(
+        '[submodule "deps/my-ops"]\n\tpath = deps/my-ops\n\turl = https://example.com/x.git\n'
+    )
+
+
+def _paths(text: str) -> list[str]:
+    block = text.split("  push:\n", 1)[1].split("  pull_request:", 1)[0]
+    return re.findall(r'^      - "([^"]+)"$', block, flags=re.MULTILINE)
+
+
+def _write(*argv: str) -> str:
+    assert main(["ci", "deps/my-ops", *argv]) == 0
+    return OUT.read_text()
+
+
+def test_submodule_project_triggers_on_its_gitlink_not_a_glob(repo: Path) -> None:
+    _as_submodule(repo)
+    text = _write()
+    assert _paths(text) == ["deps/my-ops", str(OUT)]
+    assert "deps/my-ops/**" not in text.split("on:", 1)[1]
+    assert "submodules: true" in text
+
+
+def test_plain_folder_project_triggers_on_its_files(repo: Path) -> None:
+    assert _paths(_write()) == ["deps/my-ops/my_ops/**", "deps/my-ops/pyproject.toml", str(OUT)]
+
+
+def test_builds_both_machines_in_the_cuda_devel_container_with_kernels_required(
+    repo: Path,
+) -> None:
+    text = _write()
+    assert "machine: x86_64" in text and "machine: aarch64" in text
+    assert "container: nvidia/cuda:13.0.0-devel-ubuntu24.04" in text
+    assert 'MY_OPS_KERNELS_REQUIRE: "1"' in text
+    assert "kernelpack build deps/my-ops --wheel-dir dist" in text
+    assert "actions/upload-artifact@v4" in text
+
+
+def test_summary_prints_the_pins_of_the_built_wheels(repo: Path) -> None:
+    text = _write()
+    assert 'uvx kernelpack pin dist/*.whl --url-base "$RELEASES/$TAG"' in text
+    assert '>> "$GITHUB_STEP_SUMMARY"' in text
+
+
+def test_torch_and_cuda_come_from_the_lock_when_there_is_one(repo: Path) -> None:
+    (repo / "uv.lock").write_text(
+        'version = 1\n[[package]]\nname = "torch"\nversion = "2.11.0+cu128"\n'
+    )
+    text = _write()
+    assert 'tomllib.load(open("uv.lock", "rb"))' in text
+    assert "container: nvidia/cuda:12.8.0-devel-ubuntu24.04" in text
+    assert "https://download.pytorch.org/whl/cu128" in text
+    assert "uv.lock" in _paths(text)
+
+
+def test_without_a_lock_torch_is_the_newest_for_the_cuda_given(repo: Path) -> None:
+    text = _write("--cuda", "12.9")
+    assert 'torch="torch"' in text and "uv.lock" not in text.split("jobs:", 1)[1]
+    assert "https://download.pytorch.org/whl/cu129" in text
+
+
+def test_check_passes_when_up_to_date_and_fails_when_stale(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ci", "deps/my-ops", "--check"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    _write()
+    assert main(["ci", "deps/my-ops", "--check"]) == 0
+    _as_submodule(repo)
+    assert main(["ci", "deps/my-ops", "--check"]) == 1
+    assert "is out of date; write it with `kernelpack ci`" in capsys.readouterr().err
+
+
+def test_refuses_to_overwrite_a_workflow_it_did_not_write(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    OUT.parent.mkdir(parents=True)
+    OUT.write_text("name: mine\n")
+    assert main(["ci", "deps/my-ops"]) == 2
+    assert "not written by kernelpack ci; pass --force" in capsys.readouterr().err
+    assert OUT.read_text() == "name: mine\n"
+    assert main(["ci", "deps/my-ops", "--force"]) == 0
+
+
+def test_rewrites_its_own_workflow(repo: Path) -> None:
+    _write()
+    _as_submodule(repo)
+    assert _paths(_write())[0] == "deps/my-ops"
+
+
+@pytest.mark.parametrize("argv", [["--cuda", "thirteen"], ["--python", "3"]])
+def test_bad_versions_exit_2(
+    repo: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(["ci", "deps/my-ops", *argv]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_workflow_is_valid_yaml_with_build_and_publish_jobs(repo: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    _as_submodule(repo)
+    data = yaml.safe_load(_write())
+    assert set(data["jobs"]) == {"build", "publish"}
+    assert data["jobs"]["publish"]["needs"] == "build"
+    assert data[True]["push"]["paths"][0] == "deps/my-ops"  # YAML 1.1 reads `on` as True

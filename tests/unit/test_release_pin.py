@@ -193,3 +193,29 @@ def test_check_reads_an_explicit_lock(tmp_path: Path, capsys: pytest.CaptureFixt
     _project(other, TORCH_PIN, "2.11.0")
     code, _ = _pin(capsys, "--check", str(pyproject), "--lock", str(other / "uv.lock"))
     assert code == 0
+
+
+def test_check_fails_on_a_path_source_holding_a_kernelpack_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyproject = _project(tmp_path, TORCH_PIN, "2.11.0")
+    assert main(["new", str(tmp_path / "deps" / "my-ops"), "--kernel", "scale"]) == 0
+    pyproject.write_text(
+        pyproject.read_text() + 'my-ops = { path = "deps/my-ops", editable = true }\n'
+    )
+    capsys.readouterr()
+    code, out = _pin(capsys, "--check", str(pyproject))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line.startswith("my-ops: path source deps/my-ops is a kernelpack source tree")
+    assert "every uv lock would need nvcc" in line
+
+
+def test_check_ignores_path_sources_of_other_projects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyproject = _project(tmp_path, TORCH_PIN, "2.11.0")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "pyproject.toml").write_text('[project]\nname = "lib"\n')
+    pyproject.write_text(pyproject.read_text() + 'lib = { path = "lib" }\n')
+    assert _pin(capsys, "--check", str(pyproject))[0] == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernelpack._toml import display_path
 from kernelpack.errors import UsageError
-from kernelpack.release.pins import IMPORT_FAILS, Wheel, check_pins, pins, render_sources
+from kernelpack.release.pins import Wheel, check_pins, pins, render_sources
 
 __all__ = ["register", "run"]
 
@@ -79,7 +79,7 @@ def _check(pyproject: Path, lock: Path | None, *, as_json: bool) -> int:
         print(json.dumps(report, indent=2))
     else:
         for check in failed:
-            print(f"{check.package}: {check.problem}: {IMPORT_FAILS}")
+            print(f"{check.package}: {check.problem}")
         if not failed:
             locked = ", ".join(str(t) for t in torches)
             print(f"{len(checks)} kernel wheel pin(s) match torch {locked} in {display_path(lock)}")

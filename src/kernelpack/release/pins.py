@@ -27,6 +27,7 @@ from kernelpack.errors import UsageError
 from kernelpack.release.abitag import AbiTag
 
 __all__ = [
+    "BACKEND",
     "IMPORT_FAILS",
     "Pin",
     "PinCheck",
@@ -39,6 +40,9 @@ __all__ = [
 
 #: Why a mismatch matters, said once per mismatch line.
 IMPORT_FAILS = "a pin whose torch no longer matches the lock fails at import, not at install"
+
+#: The build backend of a kernelpack project (a path source pointing at one needs nvcc).
+BACKEND = "kernelpack.build.backend"
 
 # Platform tag prefixes of Linux wheels: the rest of the tag is the machine.
 _LINUX_PREFIXES = ("linux_", "manylinux", "musllinux")
@@ -165,11 +169,13 @@ def render_sources(entries: Sequence[Pin]) -> str:
 
 @dataclass(frozen=True)
 class PinCheck:
-    """One pinned kernel wheel and whether it imports under the locked torch."""
+    """One source of a kernel package and what is wrong with it (None: nothing)."""
 
     package: str
-    url: str
-    abi: AbiTag
+    source: str
+    """The pinned URL, or the path of a path source."""
+    abi: AbiTag | None
+    """The pinned wheel's ABI tag; None for a path source."""
     problem: str | None
 
     @property
@@ -179,8 +185,8 @@ class PinCheck:
     def to_json(self) -> dict[str, Any]:
         return {
             "package": self.package,
-            "url": self.url,
-            "abi": str(self.abi),
+            "source": self.source,
+            "abi": None if self.abi is None else str(self.abi),
             "ok": self.ok,
             "problem": self.problem,
         }
@@ -204,7 +210,7 @@ def locked_torch(lock: Path) -> list[Version]:
     return sorted(versions)
 
 
-def _source_urls(pyproject: Path) -> list[tuple[str, str]]:
+def _sources(pyproject: Path) -> list[tuple[str, Mapping[str, Any]]]:
     data = read_toml(pyproject)
     tool = data.get("tool", {})
     sources = tool.get("uv", {}).get("sources", {}) if isinstance(tool, Mapping) else {}
@@ -213,42 +219,56 @@ def _source_urls(pyproject: Path) -> list[tuple[str, str]]:
     found = []
     for package, value in sources.items():
         entries = value if isinstance(value, list) else [value]
-        for entry in entries:
-            if isinstance(entry, Mapping) and isinstance(entry.get("url"), str):
-                found.append((str(package), str(entry["url"])))
+        found += [(str(package), entry) for entry in entries if isinstance(entry, Mapping)]
     return found
 
 
 def check_pins(pyproject: Path, lock: Path) -> tuple[list[Version], list[PinCheck]]:
-    """The locked torch versions and, for every pinned kernel wheel URL, whether it matches.
+    """The locked torch versions and a check of every kernel package source.
 
-    A kernel wheel is a URL source whose wheel version carries a kernelpack ABI tag; other
-    sources are not kernelpack's business. A `torch` tag must equal every locked torch, a
-    `stable` tag must not exceed any of them, and the CUDA major must match a locked torch
-    that names one (`2.11.0+cu130`).
+    A pinned kernel wheel is a URL source whose wheel version carries a kernelpack ABI tag:
+    a `torch` tag must equal every locked torch, a `stable` tag must not exceed any of them,
+    and the CUDA major must match a locked torch that names one (`2.11.0+cu130`). A path
+    source holding a kernelpack project is always a problem: uv cannot read a source tree's
+    metadata without building it, so every `uv lock` would need nvcc. Other sources are not
+    kernelpack's business.
     """
     torches = locked_torch(lock)
     checks = []
-    for package, url in _source_urls(pyproject):
-        if not urlsplit(url).path.endswith(".whl"):
-            continue
-        wheel = Wheel.parse(url)
-        abi = wheel.abi
-        if abi is None:
-            continue
-        checks.append(PinCheck(package, url, abi, _problem(wheel, abi, torches)))
+    for package, entry in _sources(pyproject):
+        url, path = entry.get("url"), entry.get("path")
+        if isinstance(url, str) and urlsplit(url).path.endswith(".whl"):
+            wheel = Wheel.parse(url)
+            abi = wheel.abi
+            if abi is not None:
+                checks.append(PinCheck(package, url, abi, _problem(wheel, abi, torches)))
+        elif isinstance(path, str) and _is_kernel_project(pyproject.parent / path):
+            problem = (
+                f"path source {path} is a kernelpack source tree: uv cannot read its metadata "
+                "without building it, so every uv lock would need nvcc; pin its release wheels "
+                "(kernelpack pin)"
+            )
+            checks.append(PinCheck(package, path, None, problem))
     return torches, checks
+
+
+def _is_kernel_project(folder: Path) -> bool:
+    pyproject = folder / "pyproject.toml"
+    if not pyproject.is_file():
+        return False
+    system = read_toml(pyproject).get("build-system", {})
+    return isinstance(system, Mapping) and system.get("build-backend") == BACKEND
 
 
 def _problem(wheel: Wheel, abi: AbiTag, torches: Sequence[Version]) -> str | None:
     for torch in torches:
         if not abi.accepts(torch):
             wants = f"torch {abi.torch}" if abi.kind == "torch" else f"torch >= {abi.torch}"
-            return f"{wheel.filename} needs {wants}, uv.lock has torch {torch}"
+            return f"{wheel.filename} needs {wants}, uv.lock has torch {torch}: {IMPORT_FAILS}"
         locked_cuda = AbiTag.cuda_of(torch)
         if locked_cuda is not None and abi.cuda_major not in (None, locked_cuda):
             return (
                 f"{wheel.filename} is built for CUDA {abi.cuda_major}, uv.lock has torch "
-                f"{torch} (CUDA {locked_cuda})"
+                f"{torch} (CUDA {locked_cuda}): {IMPORT_FAILS}"
             )
     return None

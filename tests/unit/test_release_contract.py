@@ -146,13 +146,16 @@ def test_only_additions_are_not_breaking() -> None:
 @pytest.mark.parametrize(
     ("new", "line"),
     [
-        (_contract(constants={"MAX_HIDDEN": 4096}), "changed constant k.MAX_HIDDEN: 8192 -> 4096"),
+        (
+            _contract(constants={"MAX_HIDDEN": 4096}),
+            "changed constant k.MAX_HIDDEN: was 8192; now 4096",
+        ),
         (_contract(functions={}), "removed function k.f: (x: int) -> int"),
         (
             _contract(ops={"f": "f(Tensor x, int n) -> Tensor"}),
-            "changed op k.f: f(Tensor x) -> Tensor -> f(Tensor x, int n) -> Tensor",
+            "changed op k.f: was f(Tensor x) -> Tensor; now f(Tensor x, int n) -> Tensor",
         ),
-        (_contract(namespace="p_k2"), "changed namespace k: p_k -> p_k2"),
+        (_contract(namespace="p_k2"), "changed namespace k: was p_k; now p_k2"),
     ],
     ids=["constant", "function", "schema", "namespace"],
 )
@@ -208,7 +211,7 @@ def test_cli_against_exits_1_and_names_each_change_callers_must_absorb(
     _build_only_scale(package, tmp_path)
     assert main(["contract", package, "--against", str(old)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "changed constant scale.MAX_HIDDEN: 16384 -> 8192"
+    assert out[0] == "changed constant scale.MAX_HIDDEN: was 16384; now 8192"
     assert out[-1].startswith("1 of 1 change(s) callers must absorb")
 
 

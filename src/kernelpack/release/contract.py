@@ -305,7 +305,7 @@ class Change:
         )
         head = f"{self.change} {self.kind} {where}"
         if self.change == "changed":
-            return f"{head}: {_show(self.old)} -> {_show(self.new)}"
+            return f"{head}: was {_show(self.old)}; now {_show(self.new)}"
         shown = self.new if self.change == "added" else self.old
         return head if shown is None else f"{head}: {_show(shown)}"
 

@@ -219,3 +219,18 @@ def test_check_ignores_path_sources_of_other_projects(
     (tmp_path / "lib" / "pyproject.toml").write_text('[project]\nname = "lib"\n')
     pyproject.write_text(pyproject.read_text() + 'lib = { path = "lib" }\n')
     assert _pin(capsys, "--check", str(pyproject))[0] == 0
+
+
+def test_a_folder_stands_for_the_wheels_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (STABLE_X86, STABLE_ARM):
+        (tmp_path / name).write_bytes(b"")
+    code, out = _pin(capsys, str(tmp_path), "--url-base", BASE)
+    assert code == 0
+    assert len(tomllib.loads(out)["tool"]["uv"]["sources"]["llm-ops"]) == 2
+
+
+def test_an_empty_folder_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pin", str(tmp_path), "--url-base", BASE]) == 2
+    assert "no .whl files" in capsys.readouterr().err

@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "platform), or with --check verify that pinned kernel wheels match uv.lock's torch."
         ),
     )
-    parser.add_argument("wheels", nargs="*", metavar="WHEEL", help="built wheel files or names")
+    parser.add_argument(
+        "wheels", nargs="*", metavar="WHEEL", help="built wheels (files, names or folders)"
+    )
     parser.add_argument("--url-base", metavar="URL", help="where the wheels are published")
     parser.add_argument(
         "--check", type=Path, metavar="PYPROJECT", help="check the pins of this pyproject.toml"
@@ -54,12 +56,27 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give at least one WHEEL (or --check PYPROJECT)")
     if not args.url_base:
         raise UsageError("--url-base URL is required: where the wheels are published")
-    entries = pins([Wheel.parse(str(w)) for w in args.wheels], args.url_base)
+    entries = pins([Wheel.parse(str(w)) for w in _wheel_files(args.wheels)], args.url_base)
     if args.json:
         print(json.dumps({"sources": [pin.to_json() for pin in entries]}, indent=2))
     else:
         print(render_sources(entries), end="")
     return 0
+
+
+def _wheel_files(arguments: list[str]) -> list[str]:
+    """WHEEL arguments with folders replaced by the wheels in them."""
+    found = []
+    for argument in arguments:
+        folder = Path(argument)
+        if folder.is_dir():
+            wheels = sorted(str(path) for path in folder.glob("*.whl"))
+            if not wheels:
+                raise UsageError(f"{display_path(folder)}: no .whl files in this folder")
+            found += wheels
+        else:
+            found.append(argument)
+    return found
 
 
 def _check(pyproject: Path, lock: Path | None, *, as_json: bool) -> int:

@@ -1,11 +1,17 @@
 // RMSNorm forward and backward: one pass over each row.
 //
-// Rows whose bytes are a multiple of 16 (and 16-byte aligned pointers) take the staged
-// kernels: a persistent grid (as many CTAs as fit on the device) walks the rows with a grid
-// stride; each CTA copies its next row into shared memory with cp.async while it reduces and
-// writes the current one, reading the row as 16-byte vectors. Global memory traffic is the
-// minimum: x (+ residual) read once, y (+ h) written once, plus 4 bytes of rstd a row; the
-// backward reads x and dy once and writes dx once.
+// Rows whose bytes are a multiple of 16 (and 16-byte aligned pointers):
+// - the forward takes the row kernels: a group of threads a row (a CTA of 128 threads or
+//   more: one row at hidden >= 2048 bf16, several below), the whole row in registers, every
+//   16-byte load of the row issued before the reduction; a non-persistent grid (a CTA per
+//   group of rows), so the many CTAs an SM holds keep HBM busy. Without a residual the
+//   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward);
+// - the backward takes the staged kernel: a persistent grid (as many CTAs as fit on the
+//   device) walks the rows with a grid stride; each CTA copies its next row into shared
+//   memory with cp.async while it reduces and writes the current one. (The staged forward is
+//   kept for rows no row kernel takes.)
+// Global memory traffic is the minimum: x (+ residual) read once, y (+ h) written once, plus
+// 4 bytes of rstd a row; the backward reads x and dy once and writes dx once.
 //
 // The backward keeps each CTA's share of dw in fp32 shared memory (each thread owns fixed
 // columns, so no atomics), writes one partial row per CTA, and a small kernel sums the
@@ -46,11 +52,14 @@ constexpr int kStagedElemsPerThread = LLM_OPS_STAGED_ELEMS;
 constexpr int kRowsVectors = 2;
 constexpr int kRowsMinCta = 128;
 constexpr int kRowsHint = 2;
-// The forward without a residual. LLM_OPS_RMSNORM_PLAIN = 0: the row kernels for rows up to
-// kRowsPlainMaxRowBytes, the persistent register kernel above; 2 or 4: the row kernels at
-// every size with that many vectors a thread and the registers capped for occupancy.
+// The forward without a residual. LLM_OPS_RMSNORM_PLAIN = 2 or 4: the row kernels at every
+// size with that many vectors a thread and the registers capped for occupancy (32 a thread
+// at 2: four 512-thread CTAs an SM at hidden 8192 bf16, 64 KB of x in flight); 0: uncapped
+// row kernels for rows up to kRowsPlainMaxRowBytes and the persistent register kernel above.
+// Measured on an H200 over the 12 benchmark shapes (bf16, geomean fraction of copy / at
+// 65536 x 8192): 2 -> 0.80 / 0.97, 4 -> 0.79 / 0.96, 0 -> 0.77 / 0.91 (staged: 0.72 / 0.88).
 #ifndef LLM_OPS_RMSNORM_PLAIN
-#define LLM_OPS_RMSNORM_PLAIN 0
+#define LLM_OPS_RMSNORM_PLAIN 2
 #endif
 constexpr bool kRowsOccupyPlain = LLM_OPS_RMSNORM_PLAIN != 0;
 constexpr int kRowsVectorsPlain = kRowsOccupyPlain ? LLM_OPS_RMSNORM_PLAIN : kRowsVectors;
@@ -995,10 +1004,10 @@ ForwardKind choose_forward(int64_t nvec, int elem, bool residual, RowsPlan* plan
     }
   }
 #endif
-  // Measured on an H200 (docs/llm_ops.md): with a residual (two inputs a row) the row
-  // kernels win at every size. Without one, they win for rows up to 4 KB; larger rows keep
-  // too few bytes in flight an SM unless the registers are capped (kRowsOccupyPlain), and the
-  // persistent register kernel, which loads the next row while it reduces this one, wins.
+  // Measured on an H200 (docs/llm_ops.md): the row kernels win at every benchmarked size.
+  // With a residual (two inputs a row) uncapped ones hold enough bytes in flight. Without
+  // one, uncapped ones (42 registers) fit two 512-thread CTAs an SM at hidden 8192: 32 KB of
+  // x in flight, 0.77 of copy; capped (kRowsOccupyPlain), four: 0.97.
   if (!residual && !kRowsOccupyPlain && nvec * 16 > kRowsPlainMaxRowBytes) {
     return ForwardKind::kRegister;
   }

@@ -126,3 +126,30 @@ def test_workflow_is_valid_yaml_with_build_and_publish_jobs(repo: Path) -> None:
     assert set(data["jobs"]) == {"build", "publish"}
     assert data["jobs"]["publish"]["needs"] == "build"
     assert data[True]["push"]["paths"][0] == "deps/my-ops"  # YAML 1.1 reads `on` as True
+
+
+def _matrix(text: str) -> list[tuple[str, str]]:
+    return re.findall(r'- machine: (\S+)\n\s+runner: \S+\n\s+python: "([\d.]+)"', text)
+
+
+def test_stable_package_builds_one_abi3_wheel_per_machine_with_the_first_python(
+    repo: Path,
+) -> None:
+    text = _write("--python", "3.11,3.12")
+    assert _matrix(text) == [("x86_64", "3.11"), ("aarch64", "3.11")]
+
+
+def test_classic_package_builds_one_wheel_per_machine_and_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", "torch"]) == 0
+    text = _write("--python", "3.11,3.12")
+    assert _matrix(text) == [
+        ("x86_64", "3.11"),
+        ("x86_64", "3.12"),
+        ("aarch64", "3.11"),
+        ("aarch64", "3.12"),
+    ]
+    assert "name: wheels-${{ matrix.machine }}-py${{ matrix.python }}" in text
+    assert "UV_PYTHON: ${{ matrix.python }}" in text

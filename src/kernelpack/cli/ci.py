@@ -41,7 +41,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cuda",
         help=f"CUDA of the container (default: the locked torch's, else {DEFAULT_CUDA})",
     )
-    parser.add_argument("--python", default="3.12", help="Python to build with (default: 3.12)")
+    parser.add_argument(
+        "--python",
+        default="3.12",
+        help="Python(s) to build with, comma-separated (default: 3.12); a stable-ABI package "
+        "builds one abi3 wheel with the first",
+    )
     parser.add_argument(
         "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
     )
@@ -51,7 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Write (or check) the workflow."""
     repo = Path.cwd()
-    workflow = Workflow.of(locate(args.path), repo, args.out, cuda=args.cuda, python=args.python)
+    project = locate(args.path)
+    manifest = project.load_manifest(allow_missing_sources=True)
+    stable = all(spec.abi == "stable" for spec in manifest.kernels)
+    workflow = Workflow.of(
+        project, repo, args.out, cuda=args.cuda, python=args.python, stable=stable
+    )
     text = workflow.text()
     out: Path = args.out
     shown = display_path(out)

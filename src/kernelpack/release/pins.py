@@ -8,6 +8,7 @@ lock holds, so a pin whose torch no longer matches the lock fails at import, not
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,14 +156,18 @@ def _order(key: tuple[str, str, str]) -> tuple[str, int, str, Version]:
 
 
 def render_sources(entries: Sequence[Pin]) -> str:
-    """The `[tool.uv.sources]` table, ready to paste into `pyproject.toml`."""
+    """The `[tool.uv.sources]` table, ready to paste into `pyproject.toml` (JSON string
+    escapes are valid TOML basic strings)."""
     lines = ["[tool.uv.sources]"]
     by_package: dict[str, list[Pin]] = {}
     for pin in entries:
         by_package.setdefault(pin.package, []).append(pin)
     for package, group in by_package.items():
         lines.append(f"{package} = [")
-        lines += [f'    {{ url = "{pin.url}", marker = "{pin.marker}" }},' for pin in group]
+        lines += [
+            f"    {{ url = {json.dumps(pin.url)}, marker = {json.dumps(pin.marker)} }},"
+            for pin in group
+        ]
         lines.append("]")
     return "\n".join(lines) + "\n"
 

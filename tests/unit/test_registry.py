@@ -23,7 +23,13 @@ from registry_support import (
 
 import kernelpack
 from kernelpack.reason import RUNTIME_CODES, Reason
-from kernelpack.runtime import DeviceFacts, Registry, TorchFacts, set_default_probe
+from kernelpack.runtime import (
+    DeviceFacts,
+    Registry,
+    TorchFacts,
+    ops_namespace,
+    set_default_probe,
+)
 from kernelpack.runtime.checks import CHECKS
 from kernelpack.testing.fakes import fake_probe, no_device_probe
 
@@ -597,3 +603,19 @@ def test_log_status_logs_once(root: Path, caplog: pytest.LogCaptureFixture) -> N
     assert [r.getMessage() for r in caplog.records] == [
         f"{package} kernels: 1/2 available (a: available; b: skipped: nvcc not found)"
     ]
+
+
+# -- op namespaces ------------------------------------------------------------------------------
+
+
+def test_ops_namespace_comes_from_the_build_record(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package, namespace="custom_ns")})
+    assert ops_namespace(f"{package}.k") == "custom_ns"
+
+
+def test_ops_namespace_without_a_record_is_an_import_error_naming_the_module(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"k": built("k", package)}, record=False)
+    with pytest.raises(ImportError, match=rf"^{package}\.k: "):
+        ops_namespace(f"{package}.k")

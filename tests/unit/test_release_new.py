@@ -36,7 +36,6 @@ def test_layout_follows_design(tmp_path: Path) -> None:
     written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert written == [
         "my_ops/__init__.py",
-        "my_ops/_namespace.py",
         "my_ops/kernels.toml",
         "my_ops/scale/__init__.py",
         "my_ops/scale/csrc/scale.cu",

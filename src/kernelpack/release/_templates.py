@@ -15,7 +15,6 @@ __all__ = [
     "CU_TORCH",
     "KERNELS_TOML",
     "KERNEL_INIT",
-    "NAMESPACE_PY",
     "PACKAGE_INIT",
     "PYPROJECT",
     "TEST",
@@ -77,31 +76,6 @@ status, is_available, unavailable_reason, load = Registry(__name__).api()
 __all__ = ["is_available", "load", "status", "unavailable_reason"]
 ''')
 
-NAMESPACE_PY = Template('''\
-"""The torch.ops namespace of a kernel, as its build record says (never hard-coded)."""
-
-from __future__ import annotations
-
-from kernelpack.runtime import registry_for
-
-__all__ = ["ops_namespace"]
-
-
-def ops_namespace(module_name: str) -> str:
-    """The namespace the build gave kernel module `module_name` (e.g. ``"$pkg.$name"``)."""
-    package, _, kernel = module_name.rpartition(".")
-    registry = registry_for(package)
-    record = registry.record
-    spec = record.kernels.get(kernel) if record is not None else None
-    if spec is None or not spec.namespace:
-        problem = (
-            registry.record_problem
-            or f"the build record has no namespace for {kernel!r}"
-        )
-        raise ImportError(f"{module_name}: {problem}")
-    return spec.namespace
-''')
-
 KERNEL_INIT = Template('''\
 """$name: ``y = x * alpha`` on CUDA, differentiable (a starting point).
 
@@ -114,8 +88,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from $pkg._namespace import ops_namespace
+from kernelpack.runtime import ops_namespace
 
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 

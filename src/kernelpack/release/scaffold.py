@@ -95,7 +95,6 @@ class Scaffold:
             Path("pyproject.toml"): t.PYPROJECT.substitute(values),
             pkg / "kernels.toml": t.KERNELS_TOML.substitute(values),
             pkg / "__init__.py": t.PACKAGE_INIT.substitute(values),
-            pkg / "_namespace.py": t.NAMESPACE_PY.substitute(values),
             kernel / "__init__.py": t.KERNEL_INIT.substitute(values),
             kernel / "csrc" / f"{self.kernel}.cu": source.substitute(values),
             Path("tests") / f"test_{self.kernel}.py": t.TEST.substitute(values),

@@ -7,7 +7,7 @@ code, ninja, setuptools or torch.cuda, and never calls nvcc.
 from __future__ import annotations
 
 from kernelpack.runtime.device import Device, DeviceFacts, Probe, set_default_probe
-from kernelpack.runtime.registry import Api, Registry, log_status, registry_for
+from kernelpack.runtime.registry import Api, Registry, log_status, ops_namespace, registry_for
 from kernelpack.runtime.torchinfo import TorchFacts
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Registry",
     "TorchFacts",
     "log_status",
+    "ops_namespace",
     "registry_for",
     "set_default_probe",
 ]

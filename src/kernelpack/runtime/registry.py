@@ -29,7 +29,7 @@ from kernelpack.runtime.checks import Context, first_reason
 from kernelpack.runtime.device import Probe
 from kernelpack.runtime.torchinfo import TorchReader
 
-__all__ = ["Api", "Registry", "log_status", "registry_for", "status_line"]
+__all__ = ["Api", "Registry", "log_status", "ops_namespace", "registry_for", "status_line"]
 
 
 class _StatusFn(Protocol):
@@ -261,3 +261,19 @@ def registry_for(package: str) -> Registry:
 def log_status(package: str, logger: logging.Logger | None = None) -> None:
     """Log `package`'s kernel status once per process (see `Registry.log_status`)."""
     registry_for(package).log_status(logger)
+
+
+def ops_namespace(module_name: str) -> str:
+    """The torch.ops namespace the build gave kernel module `module_name` ("llm_ops.rmsnorm").
+
+    Kernel modules call it with `__name__`, so no namespace string is ever hard-coded in
+    Python; `ImportError` (naming the module and what is wrong) when the record lacks it.
+    """
+    package, _, kernel = module_name.rpartition(".")
+    registry = registry_for(package)
+    record = registry.record
+    entry = record.kernels.get(kernel) if record is not None else None
+    if entry is None or not entry.namespace:
+        problem = registry.record_problem or f"the build record has no namespace for {kernel!r}"
+        raise ImportError(f"{module_name}: {problem}")
+    return entry.namespace

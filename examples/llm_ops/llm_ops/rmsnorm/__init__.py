@@ -18,7 +18,7 @@ from typing import Any, overload
 
 import torch
 
-from llm_ops._namespace import ops_namespace
+from kernelpack.runtime import ops_namespace
 
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 

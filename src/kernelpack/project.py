@@ -9,6 +9,7 @@ package folder's parent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ class Project:
     """Import name: the folder holding `kernels.toml`."""
     package_dir: Path
     settings: Settings = field(default_factory=Settings)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The `[project]` table of `pyproject.toml` as parsed (empty without one): what the
+    wheel's METADATA and the abi3 floor (`requires-python`) are written from."""
 
     @property
     def env_prefix(self) -> str:
@@ -170,6 +174,7 @@ def _project(
         package=package_dir.name,
         package_dir=package_dir,
         settings=settings,
+        metadata=table,
     )
 
 

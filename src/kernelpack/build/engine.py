@@ -212,11 +212,7 @@ def python_floor(project: Project) -> tuple[int, int]:
     Stable kernels are compiled for its limited API and tagged `cp3X-abi3`.
     """
     floor = (3, 10)
-    if project.pyproject is None:
-        return floor
-    from kernelpack._toml import read_toml
-
-    spec = read_toml(project.pyproject).get("project", {}).get("requires-python")
+    spec = project.metadata.get("requires-python")
     if not isinstance(spec, str):
         return floor
     specifiers = SpecifierSet(spec)

@@ -71,7 +71,7 @@ def wheel_name(project: Project, version: str, tag: Tag) -> str:
 
 def metadata_text(project: Project, version: str) -> str:
     """Core metadata (METADATA / PKG-INFO) from `[project]`, with `version`."""
-    table = _project_table(project)
+    table = project.metadata
     raw: RawMetadata = {
         "metadata_version": "2.1",
         "name": str(table.get("name", project.dist_name)),
@@ -146,15 +146,6 @@ def _render(raw: RawMetadata) -> str:
     return text
 
 
-def _project_table(project: Project) -> dict[str, Any]:
-    if project.pyproject is None:
-        return {}
-    from kernelpack._toml import read_toml
-
-    table = read_toml(project.pyproject).get("project", {})
-    return table if isinstance(table, dict) else {}
-
-
 def _wheel_text(tag: Tag) -> str:
     return (
         "Wheel-Version: 1.0\n"
@@ -165,7 +156,7 @@ def _wheel_text(tag: Tag) -> str:
 
 
 def _entry_points(project: Project) -> str | None:
-    table = _project_table(project)
+    table = project.metadata
     sections = []
     for group, key in (("console_scripts", "scripts"), ("gui_scripts", "gui-scripts")):
         scripts = table.get(key)

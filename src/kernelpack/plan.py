@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from kernelpack._toml import display_path
 from kernelpack.arch import Arch
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.manifest import KernelSpec, Manifest
@@ -195,7 +196,7 @@ def decide(
         if unknown:
             raise UsageError(
                 f"{selection.origin} names unknown kernel(s) {', '.join(unknown)}; "
-                f"{manifest.path} has: {', '.join(manifest.names) or 'none'}"
+                f"{display_path(manifest.path)} has: {', '.join(manifest.names) or 'none'}"
             )
     kernels = tuple(_decide(spec, toolchain, selection) for spec in manifest.kernels)
     return BuildPlan(
@@ -287,7 +288,7 @@ def _cxx_std_problem(spec: KernelSpec, manifest: Manifest, toolchain: Toolchain)
     if spec.cxx_std >= needed:
         return None
     return (
-        f"{manifest.path}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
+        f"{display_path(manifest.path)}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
         f'torch {toolchain.torch_version}\'s ATen headers (abi = "torch"), which need '
         f'C++{needed}; set cxx-std = {needed}, drop the key, or use abi = "stable"'
     )

@@ -5,10 +5,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import NVCC_12_4, NVCC_12_8, NVCC_13_0, make_manifest, make_spec, make_toolchain
+from fakes import (
+    NVCC_12_4,
+    NVCC_12_8,
+    NVCC_13_0,
+    PACKAGE_DIR,
+    make_manifest,
+    make_spec,
+    make_toolchain,
+)
 from packaging.version import Version
 
 from kernelpack.errors import PlanError, UsageError
@@ -324,3 +333,11 @@ def test_decide_returns_decisions_and_problems_without_raising() -> None:
 
 def test_decide_has_no_problems_for_a_buildable_plan() -> None:
     assert decide(make_manifest(make_spec()), make_toolchain()).problems() == ()
+
+
+def test_cxx17_error_names_the_manifest_relative_to_the_working_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Path, "cwd", lambda: PACKAGE_DIR.parent)
+    with pytest.raises(PlanError, match=r"^demo/kernels\.toml: \[rmsnorm\]\.cxx-std: "):
+        plan(make_manifest(make_spec("rmsnorm", cxx_std=17)), make_toolchain())

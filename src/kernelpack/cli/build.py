@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -15,9 +14,9 @@ from kernelpack.project import PATH_HELP, locate
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `build` verb."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = subparsers.add_parser(
         "build",
         help="compile the kernels and write a wheel (or build in place)",
         description=(
@@ -28,13 +27,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--wheel-dir", type=Path, default=None, metavar="DIR")
+    where.add_argument(
+        "--wheel-dir", type=Path, metavar="DIR", help="where the wheel goes (default: dist)"
+    )
     where.add_argument("--inplace", action="store_true", help="install into the source tree")
     parser.add_argument("--kernels", default=None, metavar="a,b", help="build only these")
     parser.add_argument(
         "--require", action="store_true", default=None, help="every skip is an error"
     )
-    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "-j", "--jobs", type=int, metavar="N", help="parallel jobs (default: cores and memory)"
+    )
     parser.set_defaults(func=_run)
 
 

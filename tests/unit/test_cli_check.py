@@ -76,6 +76,12 @@ def test_every_kind_of_path_is_accepted(project: Path, path: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_needs_no_compiler(project: Path) -> None:
+    no_cuda = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(project / "none")}
+    result = run(cwd=project, env=no_cuda)
+    assert result.returncode == 0, result.stderr
+
+
 def test_json_reports_package_manifest_and_kernels(project: Path) -> None:
     result = run("--json", cwd=project)
     assert result.returncode == 0, result.stderr

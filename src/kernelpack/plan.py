@@ -27,7 +27,15 @@ from kernelpack.manifest import KernelSpec, Manifest
 from kernelpack.reason import Reason
 from kernelpack.toolchain import Toolchain
 
-__all__ = ["BuildPlan", "KernelPlan", "Selection", "decide", "default_cxx_std", "plan"]
+__all__ = [
+    "BuildPlan",
+    "KernelPlan",
+    "Selection",
+    "decide",
+    "default_cxx_std",
+    "parse_switch",
+    "plan",
+]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -68,12 +76,19 @@ class Selection:
                 break
         require = False
         for var in (f"{prefix}_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"):
-            value = environ.get(var, "").strip().lower()
-            if value in _TRUE:
-                require = True
-            elif value not in _FALSE:
-                raise UsageError(f"{var}={environ[var]} is not a boolean; use 1 or 0")
+            require |= parse_switch(environ.get(var, ""), var)
         return cls(kernels=kernels, require=require, origin=origin)
+
+
+def parse_switch(value: str, name: str) -> bool:
+    """`1/0`, `true/false`, `yes/no`, `on/off` (any case; empty is off); anything else is a
+    `UsageError` naming `name`, the variable or setting it came from."""
+    word = value.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise UsageError(f"{name}={value} is not a boolean; use 1 or 0")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import pytest
 from kernelpack.build import backend, engine
 from kernelpack.build.engine import BuildResult
 from kernelpack.build.wheel import write_wheel
+from kernelpack.errors import UsageError
 from kernelpack.project import locate
 
 pytestmark = pytest.mark.integration
@@ -264,3 +265,11 @@ def test_missing_torch_error_says_to_build_without_isolation(
     monkeypatch.setattr(engine, "plan_project", no_torch)
     with pytest.raises(PlanError, match="--no-build-isolation"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path))
+
+
+def test_config_setting_require_must_be_a_boolean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(PACKAGE)
+    with pytest.raises(UsageError, match="config setting require=maybe is not a boolean"):
+        backend.prepare_metadata_for_build_wheel(str(tmp_path), {"require": "maybe"})

@@ -21,6 +21,7 @@ from kernelpack.build import engine
 from kernelpack.build.sdist import write_sdist
 from kernelpack.build.wheel import wheel_tag, write_dist_info, write_wheel
 from kernelpack.errors import PlanError, UsageError
+from kernelpack.plan import parse_switch
 from kernelpack.project import Project, locate
 
 __all__ = [
@@ -67,7 +68,7 @@ def _selection(config: ConfigSettings) -> dict[str, Any]:
         options["kernels"] = frozenset(k.strip() for k in kernels.split(",") if k.strip())
     require = config.get("require")
     if isinstance(require, str):
-        options["require"] = require.strip().lower() in ("1", "true", "yes", "on")
+        options["require"] = parse_switch(require, "config setting require")
     jobs = config.get("jobs")
     if isinstance(jobs, str):
         if not jobs.isdigit() or int(jobs) < 1:

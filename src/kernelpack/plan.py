@@ -33,6 +33,7 @@ __all__ = [
     "Selection",
     "decide",
     "default_cxx_std",
+    "parse_kernels",
     "parse_switch",
     "plan",
 ]
@@ -78,6 +79,15 @@ class Selection:
         for var in (f"{prefix}_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"):
             require |= parse_switch(environ.get(var, ""), var)
         return cls(kernels=kernels, require=require, origin=origin)
+
+
+def parse_kernels(value: str, name: str) -> frozenset[str]:
+    """The kernel names of a `--kernels a,b` flag or setting; a list of no name is a
+    `UsageError` naming `name` (an empty variable, by contrast, means every kernel)."""
+    names = frozenset(part.strip() for part in value.split(",") if part.strip())
+    if not names:
+        raise UsageError(f"{name} {value!r} names no kernel; expected names such as a,b")
+    return names
 
 
 def parse_switch(value: str, name: str) -> bool:

@@ -273,3 +273,11 @@ def test_config_setting_require_must_be_a_boolean(
     monkeypatch.chdir(PACKAGE)
     with pytest.raises(UsageError, match="config setting require=maybe is not a boolean"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path), {"require": "maybe"})
+
+
+def test_config_setting_kernels_must_name_a_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(PACKAGE)
+    with pytest.raises(UsageError, match="config setting kernels ',' names no kernel"):
+        backend.prepare_metadata_for_build_wheel(str(tmp_path), {"kernels": ","})

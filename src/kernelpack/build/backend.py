@@ -21,7 +21,7 @@ from kernelpack.build import engine
 from kernelpack.build.sdist import write_sdist
 from kernelpack.build.wheel import wheel_tag, write_dist_info, write_wheel
 from kernelpack.errors import PlanError, UsageError
-from kernelpack.plan import parse_switch
+from kernelpack.plan import parse_kernels, parse_switch
 from kernelpack.project import Project, locate
 
 __all__ = [
@@ -65,7 +65,7 @@ def _selection(config: ConfigSettings) -> dict[str, Any]:
     options: dict[str, Any] = {}
     kernels = config.get("kernels")
     if isinstance(kernels, str):
-        options["kernels"] = frozenset(k.strip() for k in kernels.split(",") if k.strip())
+        options["kernels"] = parse_kernels(kernels, "config setting kernels")
     require = config.get("require")
     if isinstance(require, str):
         options["require"] = parse_switch(require, "config setting require")

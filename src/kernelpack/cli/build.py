@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from kernelpack.errors import UsageError
+from kernelpack.plan import parse_kernels
 from kernelpack.project import PATH_HELP, locate
 
 __all__ = ["register"]
@@ -46,11 +47,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
-    kernels = None
-    if args.kernels is not None:
-        kernels = frozenset(k.strip() for k in args.kernels.split(",") if k.strip())
-        if not kernels:
-            raise UsageError(f"--kernels {args.kernels!r}: expected kernel names such as a,b")
+    kernels = None if args.kernels is None else parse_kernels(args.kernels, "--kernels")
     project = locate(args.path)
     result = engine.build_project(
         project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr

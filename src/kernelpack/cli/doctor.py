@@ -58,13 +58,12 @@ def run(args: argparse.Namespace) -> int:
     plan cannot be carried out is reported and returns 2.
     """
     project, no_package = _locate(args.path)
-    manifest = selection = None
-    if project is not None:
+    if project is None:
+        toolchain, report = detect(), None
+    else:
         manifest = project.load_manifest(allow_missing_sources=True)
         selection = Selection.from_env(project.env_prefix, os.environ)
-    toolchain = detect()
-    report = None
-    if project is not None and manifest is not None:
+        toolchain = detect()
         report = Report.make(project, decide(manifest, toolchain, selection))
     if args.json:
         print(json.dumps(to_json(toolchain, report), indent=2))
@@ -117,14 +116,8 @@ def to_json(toolchain: Toolchain, report: Report | None) -> dict[str, Any]:
     """`{"toolchain": {...}, "package": name|null, "kernels": {name: {"decision", "reason",
     "archs", "gencode", ...}}, "problems": [...]}`."""
     if report is None:
-        return {
-            "toolchain": toolchain.to_json(),
-            "package": None,
-            "manifest": None,
-            "version": None,
-            "kernels": {},
-            "problems": [],
-        }
+        empty = {"package": None, "manifest": None, "version": None, "kernels": {}, "problems": []}
+        return {"toolchain": toolchain.to_json(), **empty}
     return {
         "toolchain": toolchain.to_json(),
         "package": report.project.package,

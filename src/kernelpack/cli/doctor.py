@@ -116,8 +116,8 @@ def to_json(toolchain: Toolchain, report: Report | None) -> dict[str, Any]:
     """`{"toolchain": {...}, "package": name|null, "kernels": {name: {"decision", "reason",
     "archs", "gencode", ...}}, "problems": [...]}`."""
     if report is None:
-        empty = {"package": None, "manifest": None, "version": None, "kernels": {}, "problems": []}
-        return {"toolchain": toolchain.to_json(), **empty}
+        unknown = dict.fromkeys(("package", "manifest", "version"))
+        return {"toolchain": toolchain.to_json(), **unknown, "kernels": {}, "problems": []}
     return {
         "toolchain": toolchain.to_json(),
         "package": report.project.package,

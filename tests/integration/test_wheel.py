@@ -20,7 +20,7 @@ import pytest
 
 from kernelpack.build import backend, engine
 from kernelpack.build.engine import BuildResult
-from kernelpack.build.wheel import write_wheel
+from kernelpack.build.wheel import package_files, write_wheel
 from kernelpack.errors import UsageError
 from kernelpack.project import locate
 
@@ -219,6 +219,29 @@ def test_sdist_holds_the_sources_and_pkg_info(
     assert "kpdemo-0.3.0/PKG-INFO" in members
     assert "kpdemo-0.3.0/kpdemo/scale/csrc/scale.cu" in members
     assert "kpdemo-0.3.0/pyproject.toml" in members
+
+
+def test_sdist_leaves_out_build_outputs_but_not_a_subpackage_named_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _copy(tmp_path / "kpdemo")
+    for name in ("build/kernelpack/build.ninja", "dist/old.tar.gz", "kpdemo/build/__init__.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    monkeypatch.chdir(root)
+    with tarfile.open(tmp_path / "sdist" / backend.build_sdist(str(tmp_path / "sdist"))) as tar:
+        members = {name.split("/", 1)[1] for name in tar.getnames()}
+    assert "kpdemo/build/__init__.py" in members
+    assert not {m for m in members if m.startswith(("build/", "dist/"))}
+
+
+def test_wheel_ships_a_subpackage_named_build(tmp_path: Path) -> None:
+    root = _copy(tmp_path / "kpdemo")
+    (root / "kpdemo" / "build").mkdir()
+    (root / "kpdemo" / "build" / "__init__.py").write_text("")
+    names = {arcname for _, arcname in package_files(locate(root))}
+    assert "kpdemo/build/__init__.py" in names
+    assert not {n for n in names if "/csrc/" in n}
 
 
 def test_prepare_metadata_matches_the_built_wheel_version(

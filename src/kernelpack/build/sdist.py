@@ -23,19 +23,11 @@ from kernelpack.record import FILENAME as RECORD_FILENAME
 __all__ = ["sdist_files", "sdist_name", "write_sdist"]
 
 _SKIP_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".venv",
-        "venv",
-        "build",
-        "dist",
-        "__pycache__",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-    }
+    {".git", ".hg", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 )
+# Only at the project root: build outputs, wheels and virtual environments. Deeper down a
+# folder of these names is the project's own (e.g. a subpackage named `build`).
+_SKIP_TOP_DIRS = frozenset({".venv", "venv", "build", "dist"})
 _SKIP_SUFFIXES = frozenset({".so", ".pyc", ".pyo", ".o", ".whl"})
 
 
@@ -49,7 +41,8 @@ def sdist_files(project: Project) -> Iterator[Path]:
     """Every file of the project that belongs in the sdist, sorted."""
     root = project.root
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        skip = _SKIP_DIRS | _SKIP_TOP_DIRS if Path(folder) == root else _SKIP_DIRS
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.endswith(".egg-info"))
         for name in sorted(files):
             path = Path(folder) / name
             if path.suffix in _SKIP_SUFFIXES or name == RECORD_FILENAME:

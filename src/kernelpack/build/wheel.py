@@ -41,7 +41,9 @@ __all__ = [
 _SOURCE_SUFFIXES = frozenset(
     {".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inl", ".o"}
 )
-_SKIP_DIRS = frozenset({"csrc", "__pycache__", "build", ".git"})
+# Build outputs live in <project root>/build, outside the package: a subpackage (or kernel)
+# named `build` is Python code and ships.
+_SKIP_DIRS = frozenset({"csrc", "__pycache__", ".git"})
 _SKIP_SUFFIXES = frozenset({".so", ".pyc", ".pyo"})
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from kernelpack._switch import parse_switch
 from kernelpack._toml import display_path
 from kernelpack.arch import Arch
 from kernelpack.errors import PlanError, UsageError
@@ -37,9 +38,6 @@ __all__ = [
     "parse_switch",
     "plan",
 ]
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 #: From this torch release on, the classic (ATen) headers need C++20.
 _ATEN_CXX20_FROM = Version("2.14")
@@ -88,17 +86,6 @@ def parse_kernels(value: str, name: str) -> frozenset[str]:
     if not names:
         raise UsageError(f"{name} {value!r} names no kernel; expected names such as a,b")
     return names
-
-
-def parse_switch(value: str, name: str) -> bool:
-    """`1/0`, `true/false`, `yes/no`, `on/off` (any case; empty is off); anything else is a
-    `UsageError` naming `name`, the variable or setting it came from."""
-    word = value.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise UsageError(f"{name}={value} is not a boolean; use 1 or 0")
 
 
 @dataclass(frozen=True)

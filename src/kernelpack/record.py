@@ -8,12 +8,11 @@ Kept free of build imports: the runtime reads it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelpack._files import write_text_atomic
 from kernelpack.reason import Reason
 
 __all__ = ["FILENAME", "SCHEMA", "BuildRecord", "KernelRecord", "ToolchainRecord"]
@@ -162,12 +161,4 @@ class BuildRecord:
 
     def write(self, path: Path) -> None:
         """Write atomically: a reader sees the old record or the new one, never half."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(self.dumps())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, self.dumps())

@@ -16,6 +16,7 @@ from kernelpack.runtime.torchinfo import _assignments
 #: build, project, settings, cli...) is build machinery or tooling.
 RUNTIME_MODULES = {
     "kernelpack",
+    "kernelpack._files",
     "kernelpack.arch",
     "kernelpack.errors",
     "kernelpack.reason",

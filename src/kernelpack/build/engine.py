@@ -13,7 +13,6 @@ import hashlib
 import os
 import re
 import sysconfig
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from packaging.specifiers import SpecifierSet
 
+from kernelpack._files import write_text_atomic
 from kernelpack.build import graph, modinit
 from kernelpack.build import ninja as ninja_runner
 from kernelpack.build.flags import TorchFacts, kernel_flags, limited_api_hex
@@ -346,15 +346,7 @@ def _write_if_changed(path: Path, text: str) -> None:
     """Atomic write that leaves an identical file (and its mtime) alone."""
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 def _failure_message(failed: str, output: str, build_dir: Path) -> str:

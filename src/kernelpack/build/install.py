@@ -7,10 +7,9 @@ build from touching the package.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from kernelpack._files import copy_atomic
 
 __all__ = ["install_file"]
 
@@ -19,15 +18,7 @@ def install_file(source: Path, destination: Path) -> bool:
     """Copy `source` to `destination` atomically; return False when it was already there."""
     if _same(source, destination):
         return False
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
-    os.close(fd)
-    try:
-        shutil.copy2(source, tmp)
-        os.replace(tmp, destination)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    copy_atomic(source, destination)
     return True
 
 

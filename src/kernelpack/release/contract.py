@@ -16,15 +16,14 @@ import importlib
 import importlib.util
 import inspect
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernelpack._files import write_text_atomic
 from kernelpack.errors import UsageError
 from kernelpack.record import FILENAME, BuildRecord
 
@@ -130,15 +129,7 @@ class Contract:
     def write(self, path: Path) -> None:
         """Write as indented JSON with sorted keys (diffs stay readable), atomically."""
         text = json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, text)
 
 
 def resolve_package(text: str) -> str:

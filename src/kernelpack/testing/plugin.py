@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kernelpack._switch import parse_switch
+from kernelpack.errors import UsageError
+
 if TYPE_CHECKING:
     from kernelpack.reason import Reason
 
@@ -34,8 +37,6 @@ __all__ = [
     "pytest_testnodedown",
 ]
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 _REQUIRED = pytest.StashKey[bool]()
 
 
@@ -64,11 +65,10 @@ def _require_setting(config: pytest.Config) -> bool:
     is not a boolean is an error, never a quiet "no" on a GPU runner."""
     if config.getoption("kernels_require", default=None):
         return True
-    value = os.environ.get("KERNELPACK_REQUIRE", "")
-    word = value.strip().lower()
-    if word not in _TRUE | _FALSE:
-        raise pytest.UsageError(f"KERNELPACK_REQUIRE={value} is not a boolean; use 1 or 0")
-    return word in _TRUE
+    try:
+        return parse_switch(os.environ.get("KERNELPACK_REQUIRE", ""), "KERNELPACK_REQUIRE")
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _required(config: pytest.Config) -> bool:

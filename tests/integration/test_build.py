@@ -246,6 +246,20 @@ def test_flag_change_rebuilds_that_kernel(tree: Path, ccache_dir: Path) -> None:
     assert {o.split("/")[1] for o in _compiled(result)} == {"addone"}
 
 
+def test_nvcc_env_flags_are_on_the_command_line_so_cache_and_graph_see_them(
+    tree: Path, ccache_dir: Path
+) -> None:
+    # nvcc reads NVCC_APPEND_FLAGS itself; left in the environment, ccache would serve an
+    # object compiled without it (or the graph would not rebuild when it changes).
+    env = {**_env(ccache_dir), "NVCC_APPEND_FLAGS": "-DKPDEMO_ENV_FLAG=1"}
+    result = _build(tree, env)
+    cuda_objects = {o for o in _compiled(result) if o.endswith(".cu.o")}
+    assert {o.split("/")[1] for o in cuda_objects} == {"addone", "scale"}
+    assert "-DKPDEMO_ENV_FLAG=1" in (tree / "build" / "kernelpack" / "build.ninja").read_text()
+    restored = _build(tree, _env(ccache_dir))
+    assert {o for o in _compiled(restored) if o.endswith(".cu.o")} == cuda_objects
+
+
 def test_unchanged_library_is_not_reinstalled(tree: Path, ccache_dir: Path) -> None:
     before = _library(tree, "addone").stat().st_mtime_ns
     (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import sysconfig
 import time
 from collections.abc import Mapping
@@ -173,6 +174,8 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                 cc=environ.get("CC", "cc"),
                 launcher=toolchain.launcher,
                 pools=graph.Pools.for_memory(jobs, available_memory()),
+                nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
+                nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
             )
             _write_if_changed(build_dir / graph.FILENAME, text)
             env = ninja_runner.environment(

@@ -87,8 +87,14 @@ def render(
     cc: str,
     launcher: Path | None,
     pools: Pools,
+    nvcc_prepend: Sequence[str] = (),
+    nvcc_append: Sequence[str] = (),
 ) -> str:
-    """The text of `build.ninja` for `kernels`, built in `build_dir` of project `root`."""
+    """The text of `build.ninja` for `kernels`, built in `build_dir` of project `root`.
+
+    `nvcc_prepend`/`nvcc_append` carry `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS` onto the
+    command line, where ninja (rebuild on change) and the compiler cache (hash) see them.
+    """
 
     def rel(path: Path | str) -> str:
         return _relative(Path(path), build_dir=build_dir, root=root)
@@ -99,6 +105,8 @@ def render(
     w.variable("ninja_required_version", "1.10")
     w.variable("launcher", shlex.quote(str(launcher)) if launcher else "")
     w.variable("nvcc", shlex.quote(str(nvcc)))
+    w.variable("nvcc_prepend", shlex.join(nvcc_prepend))
+    w.variable("nvcc_append", shlex.join(nvcc_append))
     w.variable("cxx", shlex.quote(cxx))
     w.variable("cc", shlex.quote(cc))
     w.newline()
@@ -107,7 +115,8 @@ def render(
     w.newline()
     w.rule(
         "nvcc",
-        "$launcher $nvcc $defines $includes $flags -MD -MF $out.d -c $in -o $out",
+        "$launcher $nvcc $nvcc_prepend $defines $includes $flags -MD -MF $out.d -c $in -o $out"
+        " $nvcc_append",
         depfile="$out.d",
         deps="gcc",
         description="nvcc $out",

@@ -176,4 +176,8 @@ def environment(base: Mapping[str, str], *, root: Path, launcher: Path | None) -
         env["CCACHE_NOHASHDIR"] = "1"
         env["SCCACHE_BASEDIRS"] = str(root)
     env.pop("MAKEFLAGS", None)
+    # nvcc reads these itself, behind the cache's back: the graph puts them on the command
+    # line instead (see graph.render), so they must not be applied twice.
+    env.pop("NVCC_PREPEND_FLAGS", None)
+    env.pop("NVCC_APPEND_FLAGS", None)
     return env

@@ -6,9 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include "dtype.h"
+
 namespace llm_ops::rmsnorm {
 
-enum class DType { kFloat32, kFloat16, kBFloat16 };
+using llm_ops::DType;
 
 // Largest supported hidden size: a row is held in registers, at most 16 elements a
 // thread and 1024 threads a row.

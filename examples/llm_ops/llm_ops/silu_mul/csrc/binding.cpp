@@ -1,44 +1,25 @@
 // torch ops for SiLU-and-multiply, through the LibTorch stable ABI.
 #include <kernelpack/ops.h>
 
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
-#include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "silu_mul.h"
+#include "stable_util.h"
 
 namespace {
 
-using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
+using llm_ops::current_stream;
 using llm_ops::silu_mul::DType;
 
-DType dtype_of(const Tensor& t) {
-  switch (t.scalar_type()) {
-    case ScalarType::Float:
-      return DType::kFloat32;
-    case ScalarType::Half:
-      return DType::kFloat16;
-    case ScalarType::BFloat16:
-      return DType::kBFloat16;
-    default:
-      STD_TORCH_CHECK(false, "silu_mul: dtype must be float32, float16 or bfloat16");
-  }
-  return DType::kFloat32;
-}
-
-cudaStream_t current_stream(const Tensor& t) {
-  void* stream = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
-  return static_cast<cudaStream_t>(stream);
-}
+DType dtype_of(const Tensor& t) { return llm_ops::dtype_of(t, "silu_mul"); }
 
 // Checks x ([..., 2d], contiguous, CUDA) and returns d.
 int64_t check_input(const Tensor& x) {

@@ -6,9 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include "dtype.h"
+
 namespace llm_ops::silu_mul {
 
-enum class DType { kFloat32, kFloat16, kBFloat16 };
+using llm_ops::DType;
 
 // out[r, i] = silu(x[r, i]) * x[r, d + i] for x of shape [rows, 2d], out of shape [rows, d].
 // Returns nullptr on success, else a message naming the CUDA error.

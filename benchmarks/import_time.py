@@ -25,6 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernelpack.reason import Reason
+from kernelpack.record import FILENAME, BuildRecord, KernelRecord, ToolchainRecord
+
 GOAL_MS = 20.0
 
 TIMED = """
@@ -37,46 +40,32 @@ t1 = time.perf_counter()
 print(json.dumps({{"ms": (t1 - t0) * 1000, "status": status}}))
 """
 
-RECORD = {
-    "schema": 1,
-    "package": "kp_bench_ops",
-    "version": "0.1.0+cu130stable2.10",
-    "toolchain": {
-        "nvcc": "13.0.88",
-        "cuda": "13.0",
-        "torch": "2.14.1",
-        "torch_cuda": "13.0",
-        "cxx11_abi": True,
-        "python": "3.11",
-        "machine": "x86_64",
+
+def _built(name: str) -> KernelRecord:
+    return KernelRecord(
+        status="built",
+        abi="stable",
+        stable_target="2.10",
+        archs=("9.0a",),
+        library=f"{name}/_C.abi3.so",
+        sources_sha256="0" * 64,
+        namespace=f"kp_bench_ops_{name}",
+    )
+
+
+RECORD = BuildRecord(
+    package="kp_bench_ops",
+    version="0.1.0+cu130stable2.10",
+    toolchain=ToolchainRecord("13.0.88", "13.0", "2.14.1", "13.0", True, "3.11", "x86_64"),
+    kernels={
+        "rmsnorm": _built("rmsnorm"),
+        "silu_mul": _built("silu_mul"),
+        "flash_moe": KernelRecord(
+            status="skipped",
+            reason=Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a"),
+        ),
     },
-    "kernels": {
-        "rmsnorm": {
-            "status": "built",
-            "abi": "stable",
-            "stable_target": "2.10",
-            "archs": ["9.0a"],
-            "ptx": False,
-            "library": "rmsnorm/_C.abi3.so",
-            "sources_sha256": "0" * 64,
-            "namespace": "kp_bench_ops_rmsnorm",
-        },
-        "silu_mul": {
-            "status": "built",
-            "abi": "stable",
-            "stable_target": "2.10",
-            "archs": ["9.0a"],
-            "ptx": False,
-            "library": "silu_mul/_C.abi3.so",
-            "sources_sha256": "0" * 64,
-            "namespace": "kp_bench_ops_silu_mul",
-        },
-        "flash_moe": {
-            "status": "skipped",
-            "reason": {"code": "arch-unsupported", "message": "nvcc 12.4 cannot build sm_100a"},
-        },
-    },
-}
+)
 
 
 def _synthetic_package(root: Path) -> Path:
@@ -86,7 +75,7 @@ def _synthetic_package(root: Path) -> Path:
         "from kernelpack.runtime import Registry\n"
         "status, is_available, unavailable_reason, load = Registry(__name__).api()\n"
     )
-    (folder / "_kernelpack.json").write_text(json.dumps(RECORD, indent=2))
+    RECORD.write(folder / FILENAME)
     return folder
 
 

@@ -197,7 +197,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
     toolchain = _toolchain()
-    from kernelpack.build.flags import INCLUDE_DIR
+    from kernelpack.builder.flags import INCLUDE_DIR
 
     console = Console()
     results: dict[str, dict[str, float]] = {}

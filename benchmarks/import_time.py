@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelpack.reason import Reason
-from kernelpack.record import FILENAME, BuildRecord, KernelRecord, ToolchainRecord
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import FILENAME, BuildRecord, KernelRecord, ToolchainRecord
 
 GOAL_MS = 20.0
 
@@ -72,7 +72,7 @@ def _synthetic_package(root: Path) -> Path:
     folder = root / "kp_bench_ops"
     folder.mkdir()
     (folder / "__init__.py").write_text(
-        "from kernelpack.runtime import Registry\n"
+        "from kernelpack_runtime import Registry\n"
         "status, is_available, unavailable_reason, load = Registry(__name__).api()\n"
     )
     RECORD.write(folder / FILENAME)

@@ -1,12 +1,13 @@
 """kernelpack: vendor, build, gate and ship CUDA kernels inside Python/PyTorch packages.
 
-The top-level package stays light: it is imported by kernel packages at run time.
+The builder. Kernel packages need only `kernelpack_runtime` at run time; the names here are
+re-exported from it for code written before the split (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from kernelpack.errors import KernelUnavailableError, MissingNativeError
-from kernelpack.reason import Reason
+from kernelpack_runtime.errors import KernelUnavailableError, MissingNativeError
+from kernelpack_runtime.reason import Reason
 
 __all__ = ["KernelUnavailableError", "MissingNativeError", "Reason", "__version__"]
 

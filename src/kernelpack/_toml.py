@@ -18,8 +18,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kernelpack.arch import Arch
 from kernelpack.errors import ManifestError
+from kernelpack_runtime.arch import Arch
 
 if sys.version_info >= (3, 11):
     import tomllib

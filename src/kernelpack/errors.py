@@ -6,10 +6,12 @@ line, with no traceback: 2 for bad input, 1 for a failure of the thing checked o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kernelpack.reason import Reason
+from kernelpack_runtime.errors import (
+    KernelpackError,
+    KernelUnavailableError,
+    MissingNativeError,
+    UsageError,
+)
 
 __all__ = [
     "BuildError",
@@ -20,18 +22,6 @@ __all__ = [
     "PlanError",
     "UsageError",
 ]
-
-
-class KernelpackError(Exception):
-    """Base of kernelpack's errors; `str()` is a one-line message fit for a terminal."""
-
-    exit_code: int = 1
-
-
-class UsageError(KernelpackError):
-    """Bad input on the command line or in the environment (exit code 2)."""
-
-    exit_code = 2
 
 
 class ManifestError(UsageError):
@@ -80,22 +70,3 @@ class BuildError(KernelpackError):
     """A compile, link or packaging step failed (exit code 1)."""
 
     exit_code = 1
-
-
-class KernelUnavailableError(RuntimeError):
-    """`load()` of a kernel that cannot be used here; carries `.kernel` and `.reason`."""
-
-    def __init__(self, kernel: str, reason: Reason) -> None:
-        self.kernel = kernel
-        self.reason = reason
-        super().__init__(f"kernel {kernel!r} is unavailable ({reason.code}): {reason.message}")
-
-
-class MissingNativeError(ImportError):
-    """A stubbed native module (see `kernelpack.mock`) was used; carries the original error."""
-
-    def __init__(self, module: str, original: BaseException | None) -> None:
-        self.module = module
-        self.original = original
-        detail = f": {type(original).__name__}: {original}" if original is not None else ""
-        super().__init__(f"native module {module!r} is not available{detail}", name=module)

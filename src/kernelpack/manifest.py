@@ -27,10 +27,10 @@ from kernelpack._toml import (
     is_inside,
     read_toml,
 )
-from kernelpack.arch import Arch
 from kernelpack.deps import known_deps
 from kernelpack.errors import ManifestError
 from kernelpack.settings import Settings
+from kernelpack_runtime.arch import Arch
 
 __all__ = ["ALL_PLATFORMS", "ANY_PLATFORM", "KERNEL_KEYS", "Abi", "KernelSpec", "Manifest", "load"]
 

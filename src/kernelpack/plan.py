@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from kernelpack._switch import parse_switch
 from kernelpack._toml import display_path
-from kernelpack.arch import Arch
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.manifest import KernelSpec, Manifest
-from kernelpack.reason import Reason
 from kernelpack.toolchain import Toolchain
+from kernelpack_runtime._switch import parse_switch
+from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "BuildPlan",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from kernelpack._toml import Table, display_path, read_toml
-from kernelpack.arch import Arch
+from kernelpack_runtime.arch import Arch
 
 __all__ = ["SETTINGS_KEYS", "Settings"]
 

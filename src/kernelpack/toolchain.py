@@ -37,7 +37,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kernelpack.errors import UsageError
-from kernelpack.reason import Reason
+from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "DEFAULT_CUDA_HOME",

@@ -8,9 +8,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernelpack.arch import Arch
 from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
 from kernelpack.toolchain import Toolchain
+from kernelpack_runtime.arch import Arch
 
 from .nvcc import NVCC_13_0, FakeNvcc
 
@@ -44,7 +44,7 @@ def make_toolchain(nvcc: FakeNvcc | None = NVCC_13_0, **overrides: Any) -> Toolc
         "jobs": 2,
     }
     if nvcc is None:
-        from kernelpack.reason import Reason
+        from kernelpack_runtime.reason import Reason
 
         fields["nvcc_missing"] = Reason("nvcc-missing", "no nvcc on PATH")
     else:

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from kernelpack.build import engine
-from kernelpack.build.engine import BuildResult
-from kernelpack.build.flags import KernelFlags, TorchFacts, kernel_flags
+from kernelpack.builder import engine
+from kernelpack.builder.engine import BuildResult
+from kernelpack.builder.flags import KernelFlags, TorchFacts, kernel_flags
 from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
 from kernelpack.project import Project, locate
-from kernelpack.record import BuildRecord
+from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
 

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from kernelpack.build import modinit
-from kernelpack.build.flags import INCLUDE_DIR, limited_api_hex, stable_target_hex
-from kernelpack.build.graph import Pools
-from kernelpack.build.install import install_file
-from kernelpack.build.lock import build_lock
+from kernelpack.builder import modinit
+from kernelpack.builder.flags import INCLUDE_DIR, limited_api_hex, stable_target_hex
+from kernelpack.builder.graph import Pools
+from kernelpack.builder.install import install_file
+from kernelpack.builder.lock import build_lock
 from kernelpack.errors import BuildError
 
 _HOLD = """
 import sys, time
 from pathlib import Path
-from kernelpack.build.lock import build_lock
+from kernelpack.builder.lock import build_lock
 with build_lock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)

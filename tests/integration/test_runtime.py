@@ -27,14 +27,14 @@ DEMO = Path(__file__).parent / "packages" / "kpdemo"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 FAKE_H200 = (
-    "from kernelpack.runtime import set_default_probe\n"
-    "from kernelpack.testing.fakes import fake_probe\n"
+    "from kernelpack_runtime import set_default_probe\n"
+    "from kernelpack_runtime.testing.fakes import fake_probe\n"
     "set_default_probe(fake_probe('9.0', driver_cuda='{driver}', name='{name}'))\n"
 )
 
 ASK = """
 import json
-from kernelpack.runtime import Registry
+from kernelpack_runtime import Registry
 registry = Registry({package!r})
 out = {{}}
 for name in {kernels!r}:
@@ -141,7 +141,7 @@ def _rewrite_record(root: Path, package: str, **toolchain: str) -> None:
 
 
 def _has_nvidia_driver() -> bool:
-    from kernelpack.runtime.device import nvml_probe
+    from kernelpack_runtime.device import nvml_probe
 
     return nvml_probe().problem != "no NVIDIA driver: libnvidia-ml.so.1 not found"
 
@@ -169,7 +169,7 @@ def test_really_built_package_is_no_device_on_this_gpu_less_machine(demo: Path) 
 def test_both_abis_load_and_register_their_ops_on_an_h200(demo: Path) -> None:
     code = (
         FAKE_H200.format(driver="13.0", name="NVIDIA H200")
-        + "import json, torch\nfrom kernelpack.runtime import Registry\n"
+        + "import json, torch\nfrom kernelpack_runtime import Registry\n"
         "r = Registry('kpdemo')\n"
         "scale, addone = r.load('scale'), r.load('addone')\n"
         "print(json.dumps({'status': r.status(), 'same': r.load('scale') is scale,\n"
@@ -189,7 +189,7 @@ def test_kernel_the_build_skipped_is_not_built_with_the_builds_reason(demo_copy:
     _build(demo_copy, "--kernels", "scale")
     code = (
         FAKE_H200.format(driver="13.0", name="NVIDIA H200")
-        + "import json\nfrom kernelpack.runtime import Registry\nr = Registry('kpdemo')\n"
+        + "import json\nfrom kernelpack_runtime import Registry\nr = Registry('kpdemo')\n"
         "reason = r.unavailable_reason('addone')\n"
         "print(json.dumps([r.status(), reason.to_json()]))\n"
     )
@@ -266,7 +266,7 @@ def test_cpu_only_torch_is_no_cuda_torch(demo: Path, cpu_torch_python: str) -> N
         import json
         import torch
         from kernelpack import KernelUnavailableError
-        from kernelpack.runtime import Registry
+        from kernelpack_runtime import Registry
         registry = Registry("kpdemo")
         try:
             registry.load("scale")
@@ -329,7 +329,7 @@ def test_second_library_in_one_namespace_is_namespace_collision(demo: Path, riva
     code = FAKE_H200.format(driver="13.0", name="NVIDIA H200") + textwrap.dedent(
         """
         import json, sys
-        from kernelpack.runtime import Registry
+        from kernelpack_runtime import Registry
         first = Registry("kpdemo").unavailable_reason("scale")
         second = Registry("kprival").unavailable_reason("scale")
         print(json.dumps({"first": first and first.code, "second": [second.code, second.message],
@@ -365,7 +365,7 @@ def test_importing_the_rival_directly_aborts_the_process(demo: Path, rival: Path
 def test_the_first_library_loaded_owns_the_namespace(demo: Path, rival: Path) -> None:
     result = python(
         FAKE_H200.format(driver="13.0", name="NVIDIA H200")
-        + "import json\nfrom kernelpack.runtime import Registry\n"
+        + "import json\nfrom kernelpack_runtime import Registry\n"
         "print(json.dumps([Registry(p).status()['scale'][:19] for p in ('kprival', 'kpdemo')]))\n",
         demo,
         rival,

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.build import backend, engine
-from kernelpack.build.engine import BuildResult
-from kernelpack.build.wheel import package_files, write_wheel
+from kernelpack import backend
+from kernelpack.backend.wheel import package_files, write_wheel
+from kernelpack.builder import engine
+from kernelpack.builder.engine import BuildResult
 from kernelpack.errors import UsageError
 from kernelpack.project import locate
 

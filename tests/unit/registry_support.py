@@ -11,14 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernelpack.runtime import TorchFacts
+from kernelpack_runtime import TorchFacts
 
 TORCH_2141_CU130 = TorchFacts(version="2.14.1+cu130", cuda="13.0")
 
 _counter = itertools.count()
 
 INIT = """\
-from kernelpack.runtime import Registry
+from kernelpack_runtime import Registry
 status, is_available, unavailable_reason, load = Registry(__name__).api()
 """
 

@@ -1,10 +1,10 @@
-"""`kernelpack.arch.Arch`: parsing manifest arch strings, nvcc names, and where code runs."""
+"""`kernelpack_runtime.arch.Arch`: manifest arch strings, nvcc names, and where code runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelpack.arch import KNOWN_ARCHS, Arch
+from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from kernelpack.arch import Arch
 from kernelpack.errors import ManifestError
 from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest, load
 from kernelpack.settings import Settings
+from kernelpack_runtime.arch import Arch
 
 SOURCES = ("rmsnorm/csrc/rmsnorm.cu", "rmsnorm/csrc/binding.cpp", "rmsnorm/csrc/rmsnorm.cuh")
 

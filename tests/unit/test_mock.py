@@ -1,4 +1,4 @@
-"""`kernelpack.mock.stub_missing`: the seed's `magic_mock_packages`, made safe."""
+"""`kernelpack_runtime.stubs.stub_missing`: the seed's `magic_mock_packages`, made safe."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from registry_support import unique_name
 
 from kernelpack import MissingNativeError
-from kernelpack.mock import BrokenNativeWarning, is_stub, stub_missing
+from kernelpack_runtime.stubs import BrokenNativeWarning, is_stub, stub_missing
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_seed_pattern_inside_the_packages_own_init(root: Path) -> None:
     name = unique_name("kp_mockpkg")
     (root / name).mkdir()
     (root / name / "__init__.py").write_text(
-        "from kernelpack.mock import stub_missing\n"
+        "from kernelpack_runtime.stubs import stub_missing\n"
         f"missing = stub_missing({name!r} + '.conversion_kernels', {name!r} + '.gemm_kernels')\n"
         "from . import conversion_kernels\n"
     )

@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.plan import Selection, decide, plan
-from kernelpack.reason import Reason
+from kernelpack_runtime.reason import Reason
 
 
 def skip_of(kernel: str, **toolchain: Any) -> Reason | None:

@@ -16,8 +16,8 @@ with contextlib.suppress(ImportError):
     import torch  # noqa: F401
 
 FAKE_GPU_CONFTEST = """
-from kernelpack.runtime import set_default_probe
-from kernelpack.testing.fakes import fake_probe
+from kernelpack_runtime import set_default_probe
+from kernelpack_runtime.testing.fakes import fake_probe
 
 def pytest_configure(config):
     config._kp_previous_probe = set_default_probe(fake_probe("9.0"))
@@ -61,7 +61,7 @@ def write_test(pytester: pytest.Pytester, body: str) -> None:
 
 def test_plugin_is_registered_through_the_pytest11_entry_point() -> None:
     plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
-    assert plugins.get("kernelpack") == "kernelpack.testing.plugin"
+    assert plugins.get("kernelpack") == "kernelpack_runtime.testing.plugin"
 
 
 def test_markers_are_registered(pytester: pytest.Pytester) -> None:

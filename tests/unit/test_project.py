@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.arch import Arch
 from kernelpack.errors import ManifestError, UsageError
 from kernelpack.manifest import ANY_PLATFORM
 from kernelpack.project import locate
 from kernelpack.settings import Settings
+from kernelpack_runtime.arch import Arch
 
 KERNELS = '[rmsnorm]\nsources = ["csrc/rmsnorm.cu"]\narch = "9.0a"\n'
 PYPROJECT = """\

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.reason import Reason
-from kernelpack.record import BuildRecord, KernelRecord, ToolchainRecord
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
 
 DESIGN_EXAMPLE = {
     "schema": 1,

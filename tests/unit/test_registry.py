@@ -22,16 +22,16 @@ from registry_support import (
 )
 
 import kernelpack
-from kernelpack.reason import RUNTIME_CODES, Reason
-from kernelpack.runtime import (
+from kernelpack_runtime import (
     DeviceFacts,
     Registry,
     TorchFacts,
     ops_namespace,
     set_default_probe,
 )
-from kernelpack.runtime.checks import CHECKS
-from kernelpack.testing.fakes import fake_probe, no_device_probe
+from kernelpack_runtime.checks import CHECKS
+from kernelpack_runtime.reason import RUNTIME_CODES, Reason
+from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 
 H200 = fake_probe("9.0", driver_cuda="13.0")
 
@@ -577,7 +577,7 @@ def test_kernel_module_may_read_the_record_from_another_thread_while_loading(roo
     package = unique_name()
     init = (
         "import threading\n"
-        "from kernelpack.runtime import registry_for\n"
+        "from kernelpack_runtime import registry_for\n"
         "seen = []\n"
         "reader = threading.Thread(target=lambda: seen.append(registry_for(__name__.rpartition"
         "('.')[0]).record))\n"

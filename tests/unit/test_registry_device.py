@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.runtime import device
-from kernelpack.runtime.device import DeviceFacts, _Nvml, _visible_handles, nvml_probe
+from kernelpack_runtime import device
+from kernelpack_runtime.device import DeviceFacts, _Nvml, _visible_handles, nvml_probe
 
 
 class FakeNvml(_Nvml):
@@ -134,7 +134,7 @@ int nvmlDeviceGetCudaComputeCapability(void* h, int* major, int* minor) {
 """
 
 PROBE = (
-    "import json; from kernelpack.runtime.device import nvml_probe; f = nvml_probe(); "
+    "import json; from kernelpack_runtime.device import nvml_probe; f = nvml_probe(); "
     "print(json.dumps([[d.index, d.name, list(d.capability)] for d in f.devices]"
     " + [f.driver_cuda and list(f.driver_cuda), f.problem]))"
 )

@@ -10,26 +10,10 @@ from pathlib import Path
 import pytest
 from registry_support import built, make_package, skipped, unique_name
 
-from kernelpack.runtime.torchinfo import _assignments
+from kernelpack_runtime.torchinfo import _assignments
 
-#: The only kernelpack modules the run time may load: anything else (manifest, toolchain, plan,
-#: build, project, settings, cli...) is build machinery or tooling.
-RUNTIME_MODULES = {
-    "kernelpack",
-    "kernelpack._files",
-    "kernelpack.arch",
-    "kernelpack.errors",
-    "kernelpack.reason",
-    "kernelpack.record",
-    "kernelpack.runtime",
-    "kernelpack.runtime.checks",
-    "kernelpack.runtime.device",
-    "kernelpack.runtime.loader",
-    "kernelpack.runtime.registry",
-    "kernelpack.runtime.torchinfo",
-    "kernelpack.testing",
-    "kernelpack.testing.fakes",
-}
+#: The builder distribution (`kernelpack`, any module of it) never loads at run time.
+BUILDER = "kernelpack"
 FORBIDDEN = ("ninja", "setuptools", "filelock", "rich", "wheel", "torch.utils.cpp_extension")
 
 
@@ -59,14 +43,13 @@ def test_importing_a_package_and_asking_status_loads_no_build_machinery(tmp_path
         "    return real_popen(self, args, *a, **k)\n"
         "subprocess.Popen.__init__ = spy\n"
         # A GPU the kernel runs on, so that every check runs and the kernel is loaded.
-        "from kernelpack.runtime import set_default_probe\n"
-        "from kernelpack.testing.fakes import fake_probe\n"
+        "from kernelpack_runtime import set_default_probe\n"
+        "from kernelpack_runtime.testing.fakes import fake_probe\n"
         "set_default_probe(fake_probe('9.0'))\n"
         f"import {package} as pkg\n"
         "status = pkg.status(); pkg.unavailable_reason('a'); pkg.is_available('b')\n"
         f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
-        "bad += sorted(m for m in sys.modules if m.split('.')[0] == 'kernelpack'\n"
-        f"              and m not in {sorted(RUNTIME_MODULES)!r})\n"
+        f"bad += sorted(m for m in sys.modules if m.split('.')[0] == {BUILDER!r})\n"
         "cuda = torch.cuda.is_initialized()\n"
         "print(json.dumps({'a': status['a'], 'bad': bad, 'calls': calls, 'cuda': cuda}))\n"
     )
@@ -99,7 +82,7 @@ def test_torch_version_is_read_from_its_version_file() -> None:
     torch = pytest.importorskip("torch")
     code = (
         "import json, sys\n"
-        "from kernelpack.runtime.torchinfo import read_torch\n"
+        "from kernelpack_runtime.torchinfo import read_torch\n"
         "facts = read_torch()\n"
         "print(json.dumps({'v': facts.version, 'cuda': facts.cuda, "
         "'imported': 'torch' in sys.modules}))\n"
@@ -128,8 +111,8 @@ def test_a_torch_that_fails_to_import_makes_kernels_load_failed(tmp_path: Path) 
     )
     code = (
         "import json\n"
-        "from kernelpack.runtime import Registry\n"
-        "from kernelpack.testing.fakes import fake_probe\n"
+        "from kernelpack_runtime import Registry\n"
+        "from kernelpack_runtime.testing.fakes import fake_probe\n"
         f"reason = Registry({package!r}, probe=fake_probe('9.0')).unavailable_reason('a')\n"
         "print(json.dumps(reason.to_json()))\n"
     )

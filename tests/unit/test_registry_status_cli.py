@@ -10,8 +10,8 @@ import pytest
 from registry_support import built, make_package, skipped, unique_name
 
 from kernelpack.cli import main
-from kernelpack.runtime import set_default_probe
-from kernelpack.testing.fakes import fake_probe, no_device_probe
+from kernelpack_runtime import set_default_probe
+from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from kernelpack.cli import main
-from kernelpack.reason import Reason
-from kernelpack.record import BuildRecord, KernelRecord, ToolchainRecord
 from kernelpack.release.contract import Change, Contract, KernelContract, collect, compare
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
 
 pytest.importorskip("torch")
 

@@ -48,7 +48,7 @@ def test_pyproject_uses_kernelpack_backend_and_names_the_manifest(tmp_path: Path
     root = tmp_path / "my-ops"
     _new(root, "--kernel", "scale")
     data = tomllib.loads((root / "pyproject.toml").read_text())
-    assert data["build-system"]["build-backend"] == "kernelpack.build.backend"
+    assert data["build-system"]["build-backend"] == "kernelpack.backend"
     assert data["project"]["name"] == "my-ops"
     project = locate(root)
     assert (project.package, project.env_prefix) == ("my_ops", "MY_OPS")
@@ -78,7 +78,7 @@ def test_package_wires_the_registry_in_two_lines(tmp_path: Path) -> None:
     root = tmp_path / "ops"
     _new(root, "--kernel", "scale")
     init = (root / "ops" / "__init__.py").read_text()
-    assert "from kernelpack.runtime import Registry\n" in init
+    assert "from kernelpack_runtime import Registry\n" in init
     assert "status, is_available, unavailable_reason, load = Registry(__name__).api()\n" in init
 
 

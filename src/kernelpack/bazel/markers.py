@@ -14,7 +14,7 @@ from kernelpack.errors import UsageError
 
 __all__ = ["GPU_MARKERS", "is_gpu_test_file", "uses_gpu_markers"]
 
-#: The pytest markers that make a test a GPU test (see `kernelpack.testing`).
+#: The pytest markers that make a test a GPU test (see `kernelpack_runtime.testing`).
 GPU_MARKERS = frozenset({"gpu", "kernel"})
 
 

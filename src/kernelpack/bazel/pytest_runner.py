@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kernelpack.record import FILENAME
+from kernelpack_runtime.record import FILENAME
 
 __all__ = ["built_copy", "main", "pytest_args", "shadow_with_built"]
 

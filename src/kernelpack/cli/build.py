@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kernelpack.build import engine, report
+    from kernelpack.builder import engine
+    from kernelpack.cli import _render as report
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
@@ -57,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         engine.install_inplace(result)
         report.print_summary(result, console)
         return 0
-    from kernelpack.build.wheel import write_wheel
+    from kernelpack.backend.wheel import write_wheel
 
     path = write_wheel(project, result, args.wheel_dir or project.root / "dist")
     report.print_summary(result, console)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelpack.errors import KernelpackError, UsageError
-from kernelpack.runtime.registry import registry_for
-from kernelpack.runtime.status import PackageStatus
+from kernelpack_runtime.registry import registry_for
+from kernelpack_runtime.status import PackageStatus
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from kernelpack.runtime.device import default_probe
+        from kernelpack_runtime.device import default_probe
 
         Console().print(table(report, caption=f"device {default_probe().describe()}"))
     return 0

@@ -23,14 +23,14 @@ __all__ = [
 PYPROJECT = Template("""\
 [build-system]
 requires = ["kernelpack"]
-build-backend = "kernelpack.build.backend"
+build-backend = "kernelpack.backend"
 
 [project]
 name = "$dist"
 version = "0.1.0"
 description = "CUDA kernels for PyTorch, built with kernelpack"
 requires-python = ">=3.10"
-dependencies = ["kernelpack", "$torch_requirement"]
+dependencies = ["kernelpack-runtime", "$torch_requirement"]
 
 [tool.kernelpack]
 manifest = "$pkg/kernels.toml"
@@ -69,7 +69,7 @@ Ask before use, and load through the registry::
 
 from __future__ import annotations
 
-from kernelpack.runtime import Registry
+from kernelpack_runtime import Registry
 
 status, is_available, unavailable_reason, load = Registry(__name__).api()
 
@@ -88,7 +88,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kernelpack.runtime import ops_namespace
+from kernelpack_runtime import ops_namespace
 
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 

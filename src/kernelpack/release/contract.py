@@ -23,9 +23,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernelpack._files import write_text_atomic
 from kernelpack.errors import UsageError
-from kernelpack.record import FILENAME, BuildRecord
+from kernelpack_runtime._files import write_text_atomic
+from kernelpack_runtime.record import FILENAME, BuildRecord
 
 __all__ = [
     "SCHEMA",
@@ -259,7 +259,7 @@ def _functions(module: ModuleType) -> dict[str, str]:
 def _ops(namespace: str) -> dict[str, str]:
     import torch
 
-    from kernelpack.runtime.loader import ops_in_namespace
+    from kernelpack_runtime.loader import ops_in_namespace
 
     found = {}
     prefix = f"{namespace}::"

@@ -43,7 +43,7 @@ __all__ = [
 IMPORT_FAILS = "a pin whose torch no longer matches the lock fails at import, not at install"
 
 #: The build backend of a kernelpack project (a path source pointing at one needs nvcc).
-BACKEND = "kernelpack.build.backend"
+BACKEND = "kernelpack.backend"
 
 # Platform tag prefixes of Linux wheels: the rest of the tag is the machine.
 _LINUX_PREFIXES = ("linux_", "manylinux", "musllinux")

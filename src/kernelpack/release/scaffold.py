@@ -15,9 +15,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from kernelpack.arch import Arch
 from kernelpack.errors import UsageError
 from kernelpack.release import _templates as t
+from kernelpack_runtime.arch import Arch
 
 __all__ = ["ABIS", "Scaffold"]
 

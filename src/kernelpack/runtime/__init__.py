@@ -1,24 +1,11 @@
-"""The run-time half of kernelpack: which kernels are usable here, and why the others are not.
-
-Light by design: it reads the build record and asks NVML about devices; it never imports build
-code, ninja, setuptools or torch.cuda, and never calls nvcc.
-"""
+"""`kernelpack.runtime` is `kernelpack_runtime` (kept for code written before the split); its
+submodules (`kernelpack.runtime.registry`, …) are the runtime's own modules."""
 
 from __future__ import annotations
 
-from kernelpack.runtime.device import Device, DeviceFacts, Probe, set_default_probe
-from kernelpack.runtime.registry import Api, Registry, log_status, ops_namespace, registry_for
-from kernelpack.runtime.torchinfo import TorchFacts
+from kernelpack._alias import alias
+from kernelpack_runtime import *  # noqa: F403  (for type checkers)
 
-__all__ = [
-    "Api",
-    "Device",
-    "DeviceFacts",
-    "Probe",
-    "Registry",
-    "TorchFacts",
-    "log_status",
-    "ops_namespace",
-    "registry_for",
-    "set_default_probe",
-]
+for _name in ("checks", "device", "loader", "registry", "status", "torchinfo"):
+    alias(f"{__name__}.{_name}", f"kernelpack_runtime.{_name}")
+alias(__name__, "kernelpack_runtime")

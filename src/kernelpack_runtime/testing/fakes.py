@@ -1,14 +1,14 @@
 """Stand-in device probes, for testing code that gates on kernel availability without a GPU.
 
-from kernelpack.runtime import Registry
-from kernelpack.testing.fakes import fake_probe
+from kernelpack_runtime import Registry
+from kernelpack_runtime.testing.fakes import fake_probe
 
 registry = Registry("llm_ops", probe=fake_probe("8.0"))   # an A100: sm_90a kernels say why not
 """
 
 from __future__ import annotations
 
-from kernelpack.runtime.device import Device, DeviceFacts, Probe
+from kernelpack_runtime.device import Device, DeviceFacts, Probe
 
 __all__ = ["fake_probe", "no_device_probe"]
 

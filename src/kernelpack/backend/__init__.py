@@ -1,4 +1,4 @@
-"""PEP 517 / PEP 660 build backend: `build-backend = "kernelpack.build.backend"`.
+"""PEP 517 / PEP 660 build backend: `build-backend = "kernelpack.backend"`.
 
 The hooks run in the project folder (the current directory). Building needs the torch the
 kernels compile against, so build with `--no-build-isolation` (`pip wheel
@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kernelpack.build import engine
-from kernelpack.build.sdist import write_sdist
-from kernelpack.build.wheel import wheel_tag, write_dist_info, write_wheel
+from kernelpack.backend.sdist import write_sdist
+from kernelpack.backend.wheel import wheel_tag, write_dist_info, write_wheel
+from kernelpack.builder import engine
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.plan import parse_kernels, parse_switch
 from kernelpack.project import Project, locate

@@ -2,11 +2,11 @@
 
 A kernel package wires it into its `__init__.py` in two lines::
 
-    from kernelpack.runtime import Registry
+    from kernelpack_runtime import Registry
     status, is_available, unavailable_reason, load = Registry(__name__).api()
 
 The registry reads the build record `<pkg>/_kernelpack.json` (never the manifest, never build
-code), runs the checks of `kernelpack.runtime.checks` in DESIGN's order, and imports a kernel
+code), runs the checks of `kernelpack_runtime.checks` in DESIGN's order, and imports a kernel
 only once it has passed them all. Answers are cached per registry and safe to ask from several
 threads; none of them initialises CUDA.
 """
@@ -21,13 +21,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple, Protocol
 
-from kernelpack.errors import KernelUnavailableError
-from kernelpack.reason import Reason
-from kernelpack.record import FILENAME, BuildRecord
-from kernelpack.runtime import device, loader, torchinfo
-from kernelpack.runtime.checks import Context, first_reason
-from kernelpack.runtime.device import Probe
-from kernelpack.runtime.torchinfo import TorchReader
+from kernelpack_runtime import device, loader, torchinfo
+from kernelpack_runtime.checks import Context, first_reason
+from kernelpack_runtime.device import Probe
+from kernelpack_runtime.errors import KernelUnavailableError
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import FILENAME, BuildRecord
+from kernelpack_runtime.torchinfo import TorchReader
 
 __all__ = ["Api", "Registry", "log_status", "ops_namespace", "registry_for", "status_line"]
 
@@ -75,7 +75,7 @@ class Registry:
 
     `probe` replaces the NVML device probe and `read_torch` the reading of the running torch
     (both for tests and unusual machines); by default the module-level default probe is used
-    (see `kernelpack.runtime.device.set_default_probe`).
+    (see `kernelpack_runtime.device.set_default_probe`).
     """
 
     def __init__(

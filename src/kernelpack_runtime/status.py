@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernelpack.reason import Reason
-from kernelpack.runtime.registry import Registry
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.registry import Registry
 
 __all__ = ["KernelStatus", "PackageStatus"]
 

@@ -22,10 +22,10 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from kernelpack import __version__
-from kernelpack.build.engine import BuildResult, python_floor
+from kernelpack.builder.engine import BuildResult, python_floor
 from kernelpack.plan import BuildPlan
 from kernelpack.project import Project
-from kernelpack.record import FILENAME as RECORD_FILENAME
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = [
     "dist_info_name",

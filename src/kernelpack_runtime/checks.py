@@ -2,7 +2,7 @@
 
 `not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `torch-mismatch`,
 `driver-too-old`; the last two codes (`load-failed`, `namespace-collision`) need the kernel to
-be imported and live in `kernelpack.runtime.loader`. Every check is a pure function of the build
+be imported and live in `kernelpack_runtime.loader`. Every check is a pure function of the build
 record and a `Context` whose facts are gathered lazily: a kernel stopped by an early check never
 probes the device.
 """
@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from kernelpack.arch import Arch
-from kernelpack.reason import Reason
-from kernelpack.record import BuildRecord, KernelRecord
-from kernelpack.runtime.device import DeviceFacts, Probe
-from kernelpack.runtime.torchinfo import TorchFacts, TorchReader
+from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.device import DeviceFacts, Probe
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import BuildRecord, KernelRecord
+from kernelpack_runtime.torchinfo import TorchFacts, TorchReader
 
 if TYPE_CHECKING:
     from packaging.version import Version

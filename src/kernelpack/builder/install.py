@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelpack._files import copy_atomic
+from kernelpack_runtime._files import copy_atomic
 
 __all__ = ["install_file"]
 

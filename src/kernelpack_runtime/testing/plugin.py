@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kernelpack._switch import parse_switch
-from kernelpack.errors import UsageError
+from kernelpack_runtime._switch import parse_switch
+from kernelpack_runtime.errors import UsageError
 
 if TYPE_CHECKING:
-    from kernelpack.reason import Reason
+    from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "pytest_addoption",
@@ -88,8 +88,8 @@ def _kernel_names(item: pytest.Item) -> list[str]:
 
 
 def _kernel_reason(qualified: str) -> Reason | None:
-    from kernelpack.reason import Reason
-    from kernelpack.runtime.registry import registry_for
+    from kernelpack_runtime.reason import Reason
+    from kernelpack_runtime.registry import registry_for
 
     package, _, kernel = qualified.rpartition(".")
     registry = registry_for(package)
@@ -99,7 +99,7 @@ def _kernel_reason(qualified: str) -> Reason | None:
 
 
 def _gpu_problem() -> str | None:
-    from kernelpack.runtime.device import default_probe
+    from kernelpack_runtime.device import default_probe
 
     facts = default_probe()
     if facts.devices:
@@ -202,8 +202,8 @@ def pytest_terminal_summary(
 
 
 def _header_lines(packages: list[str], *, required: bool) -> list[str]:
-    from kernelpack.runtime.device import default_probe
-    from kernelpack.runtime.registry import registry_for
+    from kernelpack_runtime.device import default_probe
+    from kernelpack_runtime.registry import registry_for
 
     device = default_probe().describe()
     mode = "unavailable kernels fail" if required else "unavailable kernels skip"

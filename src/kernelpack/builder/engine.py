@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, TextIO
 
 from packaging.specifiers import SpecifierSet
 
-from kernelpack._files import write_text_atomic
-from kernelpack.build import graph, modinit
-from kernelpack.build import ninja as ninja_runner
-from kernelpack.build.flags import TorchFacts, kernel_flags, limited_api_hex
-from kernelpack.build.install import install_file
-from kernelpack.build.lock import build_lock
-from kernelpack.build.ninja import Step
+from kernelpack.builder import graph, modinit
+from kernelpack.builder import ninja as ninja_runner
+from kernelpack.builder.flags import TorchFacts, kernel_flags, limited_api_hex
+from kernelpack.builder.install import install_file
+from kernelpack.builder.lock import build_lock
+from kernelpack.builder.ninja import Step
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, Selection
-from kernelpack.record import FILENAME as RECORD_FILENAME
-from kernelpack.record import BuildRecord, KernelRecord, ToolchainRecord
 from kernelpack.toolchain import available_memory
+from kernelpack_runtime._files import write_text_atomic
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
+from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
 
 if TYPE_CHECKING:
     from kernelpack.project import Project
@@ -261,7 +261,7 @@ def build_project(
     stream: TextIO | None = None,
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see `install_inplace`
-    and `kernelpack.build.wheel`."""
+    and `kernelpack.backend.wheel`."""
     from kernelpack import deps
 
     env = dict(os.environ if environ is None else environ)

@@ -16,9 +16,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from kernelpack.build.wheel import metadata_text
+from kernelpack.backend.wheel import metadata_text
 from kernelpack.project import Project
-from kernelpack.record import FILENAME as RECORD_FILENAME
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = ["sdist_files", "sdist_name", "write_sdist"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from kernelpack.build.engine import BuildResult
+from kernelpack.builder.engine import BuildResult
 
 __all__ = ["print_summary"]
 

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from kernelpack.reason import Reason
+from kernelpack_runtime.reason import Reason
 
 __all__ = ["demangle", "elf_problem", "import_kernel", "ops_in_namespace"]
 

@@ -22,7 +22,7 @@ from typing import cast
 
 from ninja.ninja_syntax import Writer, escape, escape_path
 
-from kernelpack.build.flags import KernelFlags
+from kernelpack.builder.flags import KernelFlags
 from kernelpack.toolchain import JOB_MEMORY_BYTES
 
 __all__ = ["FILENAME", "GraphKernel", "Pools", "render"]

@@ -1,0 +1,1 @@
+"""Test support for kernel packages: the pytest plugin (`plugin`) and stand-in probes (`fakes`)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,14 @@ def test_plans_sm90a_and_sm100a_kernels_for_build(real: Toolchain) -> None:
     result = plan(manifest, real)
     assert [k.name for k in result.to_build] == ["rmsnorm", "flash_moe"]
     assert result.version_tag() == "cu130torch2.14.1"
+
+
+def test_project_venv_imports_torch_without_the_numpy_warning() -> None:
+    # scripts/bootstrap installs numpy next to torch; without it every torch import warns.
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch; torch.zeros(1)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Failed to initialize NumPy" not in proc.stderr

@@ -29,7 +29,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--wheel-dir", type=Path, metavar="DIR", help="where the wheel goes (default: dist)"
+        "--wheel-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the wheel goes (default: <project>/dist)",
     )
     where.add_argument("--inplace", action="store_true", help="install into the source tree")
     parser.add_argument("--kernels", default=None, metavar="a,b", help="build only these")

@@ -1,13 +1,71 @@
-"""The end-of-build summary: each kernel's outcome and the per-file compile times."""
+"""Terminal output of the CLI: tables that never wrap outside a terminal, and the build summary.
+
+On a terminal a table is a rich `Table`. Anywhere else (a pipe, a CI log, a file) it is one
+plain line per row, columns padded but never wrapped or folded, whatever the width (`COLUMNS`
+included): a CI log keeps each reason on the line of its kernel, and `grep` finds it.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from kernelpack.builder.engine import BuildResult
+if TYPE_CHECKING:
+    from kernelpack.builder.engine import BuildResult
 
-__all__ = ["print_summary"]
+__all__ = ["console", "plain_lines", "print_result_line", "print_summary", "print_table"]
+
+_GAP = "  "
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for CLI output: soft-wrapped (long lines stay whole) outside a terminal."""
+    probe = Console(stderr=stderr)
+    return Console(stderr=stderr, highlight=False, soft_wrap=not probe.is_terminal)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table`: as drawn by rich on a terminal, else as `plain_lines`."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    for line in plain_lines(console, table):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def plain_lines(console: Console, table: Table) -> list[str]:
+    """`table` as text lines: its title, the header, one line per row, its caption.
+
+    Cells become their plain text (markup and styles dropped); a cell of several lines is
+    joined into one with "; ".
+    """
+
+    def text(cell: object) -> str:
+        if isinstance(cell, Text):
+            plain = cell.plain
+        elif isinstance(cell, str):
+            plain = console.render_str(cell).plain
+        else:
+            plain = str(cell)
+        return "; ".join(part.strip() for part in plain.splitlines() if part.strip())
+
+    columns = [[text(cell) for cell in column.cells] for column in table.columns]
+    rows = [list(row) for row in zip(*columns, strict=True)] if columns else []
+    if table.show_header and any(text(c.header) for c in table.columns):
+        rows.insert(0, [text(column.header) for column in table.columns])
+    widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(columns))]
+    lines = []
+    if table.title is not None:
+        lines.append(text(table.title))
+    for row in rows:
+        padded = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        lines.append(_GAP.join([*padded, row[-1]]).rstrip())
+    if table.caption is not None:
+        lines.append(text(table.caption))
+    return lines
 
 
 def print_summary(result: BuildResult, console: Console) -> None:
@@ -24,7 +82,7 @@ def print_summary(result: BuildResult, console: Console) -> None:
             assert record.reason is not None
             reason = f"{record.reason.code}: {record.reason.message}"
             kernels.add_row(name, "[yellow]skipped[/]", reason)
-    console.print(kernels)
+    print_table(console, kernels)
     if not result.steps:
         console.print(f"nothing to do: every library is up to date ({result.seconds:.2f} s)")
         return
@@ -34,8 +92,22 @@ def print_summary(result: BuildResult, console: Console) -> None:
     steps.add_column("seconds", justify="right")
     for step in sorted(result.steps, key=lambda s: -s.seconds):
         steps.add_row(step.tool, step.output, f"{step.seconds:.1f}")
-    console.print(steps)
+    print_table(console, steps)
     console.print(
         f"{len(result.compiled)} compiled, {len(result.steps) - len(result.compiled)} linked "
         f"in {result.seconds:.1f} s"
+    )
+
+
+def print_result_line(result: BuildResult, console: Console) -> None:
+    """One line for `--quiet`: `llm_ops 0.1.0+cu130stable2.10: 2 built, 1 skipped (3.2 s)`."""
+    kernels = result.record.kernels.values()
+    built = sum(1 for k in kernels if k.built)
+    skipped = len(result.record.kernels) - built
+    console.print(
+        f"{result.record.package} {result.record.version}: {built} built, {skipped} skipped "
+        f"({result.seconds:.1f} s)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )

@@ -14,7 +14,6 @@ whose headers are not installed).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 from collections.abc import Mapping
@@ -27,14 +26,13 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpack import deps
+from kernelpack.cli import _render
 from kernelpack.errors import ManifestError, PlanError, UsageError
 from kernelpack.plan import BuildPlan, KernelPlan, Selection, decide
 from kernelpack.project import PATH_HELP, Project, locate
 from kernelpack.toolchain import Toolchain, detect
 
 __all__ = ["Report", "register", "run", "to_json"]
-
-_PIPE_WIDTH = 160
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,23 +143,14 @@ def _kernel_json(kernel: KernelPlan, include_dirs: tuple[Path, ...]) -> dict[str
 
 
 def _show(toolchain: Toolchain, report: Report | None, no_package: UsageError | None) -> None:
-    console = Console(highlight=False)
-    if console.is_terminal:
-        _print(console, toolchain, report, no_package)
-        return
-    # Piped: wide enough to keep paths and flags on one line, without the padding rich
-    # gives every line of a table.
-    buffer = io.StringIO()
-    wide = Console(file=buffer, highlight=False, width=max(console.width, _PIPE_WIDTH))
-    _print(wide, toolchain, report, no_package)
-    print("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+    _print(_render.console(), toolchain, report, no_package)
 
 
 def _print(
     console: Console, toolchain: Toolchain, report: Report | None, no_package: UsageError | None
 ) -> None:
     console.print(Text("Toolchain", style="bold"))
-    console.print(_toolchain_table(toolchain))
+    _render.print_table(console, _toolchain_table(toolchain))
     if no_package is not None:
         console.print(Text(f"\nNo kernel package: {no_package}", style="yellow"))
     if report is None:
@@ -175,7 +164,7 @@ def _print(
             f"version {report.version}",
         )
     )
-    console.print(_plan_table(result))
+    _render.print_table(console, _plan_table(result))
     for line in report.problems:
         console.print(Text(f"error: {line}", style="red"))
 

@@ -56,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        from rich.console import Console
-
+        from kernelpack.cli import _render
         from kernelpack_runtime.device import default_probe
 
-        Console().print(table(report, caption=f"device {default_probe().describe()}"))
+        caption = f"device {default_probe().describe()}"
+        _render.print_table(_render.console(), table(report, caption=caption))
     return 0
 
 

@@ -20,7 +20,6 @@ from kernelpack._toml import display_path
 from kernelpack.errors import ManifestError, UsageError
 
 if TYPE_CHECKING:
-    from kernelpack.project import Project
     from kernelpack.settings import Settings
 
 __all__ = ["BUILTIN_DEPS", "env_var", "include_dirs", "known_deps", "resolve"]
@@ -46,30 +45,34 @@ def env_var(name: str) -> str:
 
 
 def resolve(
-    name: str, project: Project, environ: Mapping[str, str] | None = None
+    name: str, settings: Settings, root: Path, environ: Mapping[str, str] | None = None
 ) -> tuple[Path, ...]:
-    """The include folders of dependency `name`; raise when it cannot be found here."""
+    """The include folders of dependency `name` for a project with `settings` rooted at
+    `root`; raise (one line) when it cannot be found on this machine."""
     environ = os.environ if environ is None else environ
     override = environ.get(env_var(name))
     if override:
         return _from_override(name, Path(override))
-    target = project.settings.deps.get(name)
+    target = settings.deps.get(name)
     if target is not None:
-        return _from_setting(name, target, project)
+        return _from_setting(name, target, settings, root)
     if name == "cutlass":
         return _cutlass()
-    known = ", ".join(sorted(known_deps(project.settings)))
+    known = ", ".join(sorted(known_deps(settings)))
     raise UsageError(
         f"unknown dependency {name!r}; expected one of {known} or a [tool.kernelpack.deps] entry"
     )
 
 
 def include_dirs(
-    names: Iterable[str], project: Project, environ: Mapping[str, str] | None = None
+    names: Iterable[str],
+    settings: Settings,
+    root: Path,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[Path, ...]:
     """The include folders of every dependency in `names`, in order and without repeats;
     raise (one line) for the first that cannot be found here."""
-    found = (folder for name in names for folder in resolve(name, project, environ))
+    found = (folder for name in names for folder in resolve(name, settings, root, environ))
     return tuple(dict.fromkeys(found))
 
 
@@ -83,10 +86,10 @@ def _from_override(name: str, folder: Path) -> tuple[Path, ...]:
     return (include.absolute(),) if include.is_dir() else (folder.absolute(),)
 
 
-def _from_setting(name: str, target: str, project: Project) -> tuple[Path, ...]:
-    source = project.settings.source or project.root / "pyproject.toml"
+def _from_setting(name: str, target: str, settings: Settings, root: Path) -> tuple[Path, ...]:
+    source = settings.source or root / "pyproject.toml"
     shown = display_path(source)
-    folder = project.root / target
+    folder = root / target
     if folder.is_dir():
         return (folder.resolve(),)
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", target):
@@ -106,7 +109,7 @@ def _from_setting(name: str, target: str, project: Project) -> tuple[Path, ...]:
         f'folder "{target}" does not exist',
         kernel="tool.kernelpack.deps",
         key=name,
-        expected=f"expected a folder in {display_path(project.root)} or {env_var(name)}=<folder>",
+        expected=f"expected a folder in {display_path(root)} or {env_var(name)}=<folder>",
     )
 
 

@@ -1,7 +1,11 @@
 """The build plan: for each kernel, build (with exact flags) or skip (with a `Reason`).
 
-Pure: `plan()` and `decide()` take a `Manifest`, a `Toolchain` and a `Selection` and do
-no I/O.
+The one home of planning a project. `plan_project()` gathers the inputs (the selection from
+the environment, the manifest, the toolchain, the header dependencies' include folders, the
+project's version and Python floor) and returns a complete `BuildPlan`, which the build, the
+backend, `doctor`, `ci` and `bazel` read instead of re-deriving any of it. The decisions
+themselves are pure: `make_plan()` and `decide()` take a `Manifest`, a `Toolchain` and a
+`Selection` and do no I/O.
 
 A kernel is skipped, checking in this order, when it is `not-selected`, its sources are
 missing (`sources-missing`), this platform is excluded (`platform-excluded`), there is no
@@ -15,28 +19,37 @@ returns the decisions without raising, for reports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
+from kernelpack import deps
 from kernelpack._toml import display_path
-from kernelpack.errors import PlanError, UsageError
+from kernelpack.abitag import AbiTag
+from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.manifest import KernelSpec, Manifest
-from kernelpack.toolchain import Toolchain
+from kernelpack.toolchain import Toolchain, detect
 from kernelpack_runtime._switch import parse_switch
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
+
+if TYPE_CHECKING:
+    from kernelpack.project import Project
 
 __all__ = [
     "BuildPlan",
     "KernelPlan",
     "Selection",
+    "all_stable",
     "decide",
     "default_cxx_std",
+    "make_plan",
     "parse_kernels",
-    "parse_switch",
-    "plan",
+    "plan_project",
 ]
 
 #: From this torch release on, the classic (ATen) headers need C++20.
@@ -99,6 +112,8 @@ class KernelPlan:
     gencode_flags: tuple[str, ...] = ()
     """`-gencode=…` for every arch (SASS), plus the PTX of the highest arch when `ptx`."""
     cxx_std: int = 17
+    dep_include_dirs: tuple[Path, ...] = ()
+    """Include folders of the kernel's `depends`, resolved on this machine (`plan_project`)."""
 
     @property
     def name(self) -> str:
@@ -111,13 +126,19 @@ class KernelPlan:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """Every kernel's decision, plus what the version tag needs."""
+    """Every kernel's decision, plus what the version, the wheel tag and the flags need."""
 
     manifest: Manifest
     toolchain: Toolchain
     kernels: tuple[KernelPlan, ...]
     require: bool = False
     """Whether a skip is an error (`Selection.require`); not-selected kernels never are."""
+    release: str = "0.0.0"
+    """The project's own version (`[project].version`), before the ABI tag."""
+    python_floor: tuple[int, int] = (3, 10)
+    """Lowest CPython the stable (abi3) libraries load on (`Project.python_floor`)."""
+    dep_problems: tuple[str, ...] = ()
+    """Header dependencies of kernels to build that cannot be found here, one line each."""
 
     @property
     def to_build(self) -> tuple[KernelPlan, ...]:
@@ -153,6 +174,7 @@ class BuildPlan:
             problem = _cxx_std_problem(kernel.spec, self.manifest, self.toolchain)
             if problem is not None:
                 found.append(problem)
+        found.extend(self.dep_problems)
         return tuple(found)
 
     def check(self) -> None:
@@ -161,21 +183,66 @@ class BuildPlan:
         if problems:
             raise PlanError(problems[0])
 
-    def version_tag(self) -> str:
-        """DESIGN's local version: `cu130torch2.14.1`, or `cu130stable2.10` when all stable.
+    @property
+    def _abi_specs(self) -> list[KernelSpec]:
+        # The kernels that decide the wheel's ABI: those built; all of them when none is.
+        return [k.spec for k in self.to_build] or [k.spec for k in self.kernels]
 
-        Decided by the kernels to build (all kernels when none is built). The CUDA part is
-        nvcc's release (torch's when there is no nvcc, `cpu` when neither has one).
-        """
-        specs = [k.spec for k in self.to_build] or [k.spec for k in self.kernels]
+    @property
+    def all_stable(self) -> bool:
+        """Whether this build is stable ABI (`all_stable` over the kernels to build, or every
+        kernel when none is built). Decides the version tag, the wheel's `cp3X-abi3` tag
+        and its torch requirement."""
+        return all_stable(self._abi_specs)
+
+    @property
+    def stable_target(self) -> Version | None:
+        """The highest `stable-target` of the kernels deciding the ABI, when all are stable."""
+        if not self.all_stable:
+            return None
+        return max(spec.stable_target for spec in self._abi_specs)
+
+    @property
+    def abi_tag(self) -> AbiTag | None:
+        """The ABI label (`cu130torch2.14.1`, `cu130stable2.10`); None for a classic plan
+        without torch, which binds to no torch version."""
         cuda = self.toolchain.cuda or self.toolchain.torch_cuda
-        tag = "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
-        if specs and all(spec.abi == "stable" for spec in specs):
-            target = max(spec.stable_target for spec in specs)
-            return f"{tag}stable{target.major}.{target.minor}"
-        if self.toolchain.torch_version is not None:
-            tag += f"torch{self.toolchain.torch_version}"
-        return tag
+        label = "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+        target = self.stable_target
+        if target is not None:
+            return AbiTag(
+                cuda=label, kind="stable", torch=Version(f"{target.major}.{target.minor}")
+            )
+        if self.toolchain.torch_version is None:
+            return None
+        return AbiTag(cuda=label, kind="torch", torch=self.toolchain.torch_version)
+
+    def version_tag(self) -> str:
+        """The local version: `cu130torch2.14.1`, or `cu130stable2.10` when all stable.
+
+        The CUDA part is nvcc's release (torch's when there is no nvcc, `cpu` when neither
+        has one); a classic plan without torch is tagged with the CUDA part alone.
+        """
+        tag = self.abi_tag
+        if tag is not None:
+            return str(tag)
+        cuda = self.toolchain.cuda or self.toolchain.torch_cuda
+        return "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+
+    @property
+    def version(self) -> str:
+        """The version a build of this plan carries: `0.3.0+cu130stable2.10`."""
+        return f"{self.release}+{self.version_tag()}"
+
+
+def all_stable(specs: Iterable[KernelSpec]) -> bool:
+    """The one rule for "stable ABI": at least one kernel, and every one `abi = "stable"`.
+
+    A build applies it to the kernels it builds (`BuildPlan.all_stable`); a release, which
+    builds every kernel (`*_KERNELS_REQUIRE=1`), to the whole manifest (`kernelpack ci`).
+    """
+    listed = list(specs)
+    return bool(listed) and all(spec.abi == "stable" for spec in listed)
 
 
 def default_cxx_std(spec: KernelSpec, torch_version: Version | None) -> int:
@@ -188,7 +255,58 @@ def default_cxx_std(spec: KernelSpec, torch_version: Version | None) -> int:
     return _classic_min_cxx(torch_version)
 
 
-def plan(manifest: Manifest, toolchain: Toolchain, selection: Selection | None = None) -> BuildPlan:
+def plan_project(
+    project: Project,
+    environ: Mapping[str, str] | None = None,
+    *,
+    kernels: frozenset[str] | None = None,
+    require: bool | None = None,
+    strict: bool = True,
+    tools: Toolchain | None = None,
+) -> BuildPlan:
+    """Plan `project` on this machine: the selection from `environ` (`<PREFIX>_KERNELS`, …,
+    overridden by `kernels` and `require`), its manifest, the toolchain (`tools`, else
+    detected), each built kernel's header dependencies, its version and Python floor.
+
+    `strict` raises `PlanError` for `BuildPlan.problems()` (a build); without it the plan is
+    returned as decided, problems included (a report such as `kernelpack doctor`).
+    """
+    env = dict(os.environ if environ is None else environ)
+    selection = Selection.from_env(project.env_prefix, env)
+    if kernels is not None:
+        selection = replace(selection, kernels=kernels, origin="--kernels")
+    if require is not None:
+        selection = replace(selection, require=require)
+    manifest = project.load_manifest(allow_missing_sources=True)
+    decided = decide(manifest, tools or detect(env), selection)
+    planned: list[KernelPlan] = []
+    problems: list[str] = []
+    for kernel in decided.kernels:
+        if kernel.build and kernel.spec.depends:
+            try:
+                folders = deps.include_dirs(
+                    kernel.spec.depends, project.settings, project.root, env
+                )
+            except KernelpackError as exc:
+                problems.append(f"{kernel.name}: {exc}")
+            else:
+                kernel = replace(kernel, dep_include_dirs=folders)
+        planned.append(kernel)
+    result = replace(
+        decided,
+        kernels=tuple(planned),
+        release=project.version,
+        python_floor=project.python_floor,
+        dep_problems=tuple(problems),
+    )
+    if strict:
+        result.check()
+    return result
+
+
+def make_plan(
+    manifest: Manifest, toolchain: Toolchain, selection: Selection | None = None
+) -> BuildPlan:
     """Decide every kernel; raise `PlanError` when `selection.require` and any kernel skips,
     or when a kernel's settings cannot work with this toolchain (e.g. C++17 with torch 2.14's
     classic ATen headers). Unknown kernel names in `selection` are a `UsageError`."""
@@ -201,7 +319,7 @@ def decide(
     manifest: Manifest, toolchain: Toolchain, selection: Selection | None = None
 ) -> BuildPlan:
     """Every kernel's decision without raising for `BuildPlan.problems()` (for reports such
-    as `kernelpack doctor`); `plan()` is this plus `BuildPlan.check()`."""
+    as `kernelpack doctor`); `make_plan()` is this plus `BuildPlan.check()`."""
     selection = selection or Selection()
     if selection.kernels is not None:
         unknown = sorted(selection.kernels - set(manifest.names))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from kernelpack._toml import display_path, read_toml
@@ -62,6 +63,25 @@ class Project:
     def env_prefix(self) -> str:
         """Prefix of `<PREFIX>_KERNELS` / `<PREFIX>_KERNELS_REQUIRE`, e.g. `LLM_OPS`."""
         return self.settings.env_prefix or self.package.upper()
+
+    @property
+    def python_floor(self) -> tuple[int, int]:
+        """The lowest CPython the project supports (`requires-python`), at least 3.10.
+
+        Stable kernels are compiled for its limited API and tagged `cp3X-abi3`.
+        """
+        floor = (3, 10)
+        spec = self.metadata.get("requires-python")
+        if not isinstance(spec, str):
+            return floor
+        try:
+            specifiers = SpecifierSet(spec)
+        except InvalidSpecifier:
+            return floor
+        for minor in range(10, 40):
+            if f"3.{minor}.99" in specifiers or f"3.{minor}" in specifiers:
+                return max(floor, (3, minor))
+        return floor
 
     def load_manifest(self, *, allow_missing_sources: bool = False) -> Manifest:
         """Parse this project's `kernels.toml` with its settings."""

@@ -2,7 +2,7 @@
 
 `detect()` never raises for a missing nvcc or torch: those are facts (with reasons), and the
 plan turns them into skips. It never initialises CUDA, and it does not import torch into the
-calling process: torch is inspected by one `python -c` subprocess.
+calling process: torch is inspected by one `python -c` subprocess (`kernelpack.torchprobe`).
 
 Environment variables read by `detect()`:
 
@@ -11,17 +11,14 @@ Environment variables read by `detect()`:
 - `KERNELPACK_LAUNCHER`: `none` turns the compiler launcher off; a path or command name
   forces one. Default: `sccache`, else `ccache`, when on PATH.
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
-  may use, capped by available memory at about 3 GiB per nvcc job, at least 1.
-- `XDG_CACHE_HOME` (default `~/.cache`): the torch facts of this interpreter are cached in
-  `kernelpack/torch-<key>.json` below it, keyed by the interpreter, `PYTHONPATH` and the
-  modification times of torch's `__init__.py` and `version.py` (a reinstall invalidates it).
+  may use. Memory is not budgeted here: the build's job pools (`builder.graph.Pools`)
+  bound the compiles by the memory `Toolchain.memory` reports.
+- `XDG_CACHE_HOME` (default `~/.cache`): torch's facts are cached below it (see
+  `kernelpack.torchprobe`, the one owner of asking torch).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import json
 import os
 import platform
 import re
@@ -36,12 +33,13 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from kernelpack import torchprobe
 from kernelpack.errors import UsageError
+from kernelpack.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "DEFAULT_CUDA_HOME",
-    "JOB_MEMORY_BYTES",
     "Toolchain",
     "available_memory",
     "cache_dir",
@@ -51,41 +49,11 @@ __all__ = [
 #: The toolkit tried last, when neither the environment nor PATH name one.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
 
-#: Memory budgeted per parallel nvcc job: one with the full ATen headers peaks near 3 GB.
-JOB_MEMORY_BYTES = 3 * 1024**3
-
 _TIMEOUT_S = 120
 _WRAPPER_DEPTH = 8
 _EXEC_RE = re.compile(r"^\s*exec\s+(.+)$")
 _NVCC_VERSION_RE = re.compile(r"release\s+(\d+\.\d+)(?:,\s*V(\d+(?:\.\d+)+))?")
 _TARGET_RE = re.compile(r"\b(?:sm|compute)_\d+[af]?\b")
-_FACTS_MARKER = "KERNELPACK_FACTS="
-_CACHE_SCHEMA = 1
-
-# Runs in the interpreter the package is built for. Importing torch does not initialise
-# CUDA; `torch.version.cuda` and the ABI flag are compile-time constants.
-_TORCH_PROBE = f"""
-import json, os, sys
-facts = {{"python": "%d.%d" % sys.version_info[:2], "nvidia": []}}
-try:
-    import nvidia
-    facts["nvidia"] = [str(p) for p in getattr(nvidia, "__path__", [])]
-except Exception:
-    pass
-try:
-    import torch
-    facts["torch"] = {{
-        "version": str(torch.__version__),
-        "cuda": torch.version.cuda,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "dir": os.path.dirname(os.path.abspath(torch.__file__)),
-    }}
-except ModuleNotFoundError as exc:
-    facts["torch_error"] = "missing" if exc.name == "torch" else f"{{type(exc).__name__}}: {{exc}}"
-except BaseException as exc:
-    facts["torch_error"] = f"{{type(exc).__name__}}: {{exc}}"
-print("{_FACTS_MARKER}" + json.dumps(facts))
-"""
 
 
 @dataclass(frozen=True)
@@ -111,16 +79,22 @@ class Toolchain:
     cxx11_abi: bool | None
     torch_dir: Path | None
     """Folder of the torch package (its `include/` and `lib/` are below)."""
+    torch_extension: TorchExtension | None
     nvidia_include_dirs: tuple[Path, ...]
     """`site-packages/nvidia/cu*/include` and `nvidia/*/include` shipped by torch's wheels."""
     launcher: Path | None
     """ccache or sccache, None when absent or `KERNELPACK_LAUNCHER=none`."""
     jobs: int
-    """Parallel compile jobs budgeted by cores and free memory."""
+    """Parallel compile jobs: `KERNELPACK_JOBS`, else the usable cores."""
+    memory: int | None = None
+    """Bytes of memory available to new processes when detected (None: unknown); the job
+    pools of the build bound their compiles by it."""
     nvcc_missing: Reason | None = None
     """Why there is no usable nvcc (code `nvcc-missing`), None when there is one."""
     torch_missing: str | None = None
     """Why torch could not be inspected (not installed, broken import), None when it was."""
+    torch_extension_missing: str | None = None
+    """Why torch's extension helpers gave no flags (e.g. a CPU build), None when they did."""
 
     @property
     def cuda(self) -> Version | None:
@@ -148,6 +122,7 @@ class Toolchain:
             "nvidia_include_dirs": [str(p) for p in self.nvidia_include_dirs],
             "launcher": _str_or_none(self.launcher),
             "jobs": self.jobs,
+            "memory": self.memory,
         }
 
 
@@ -160,37 +135,30 @@ def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None
     """
     env = dict(environ)
     nvcc = _nvcc(env)
-    torch = _cached_torch_facts(env) if python is None else _torch_facts(python, env)
-    torch_info = torch.get("torch")
-    torch_version = torch_cuda = None
-    cxx11_abi = None
-    torch_dir = None
-    torch_missing: str | None = None
-    if isinstance(torch_info, dict):
-        torch_version = _version(torch_info.get("version"), public=True)
-        torch_cuda = _version(torch_info.get("cuda"))
-        cxx11_abi = bool(torch_info.get("cxx11_abi"))
-        torch_dir = Path(str(torch_info["dir"]))
-        if torch_version is None:
-            torch_missing = f"torch reports an unparsable version {torch_info.get('version')!r}"
-    else:
-        torch_missing = str(torch.get("torch_error", "torch could not be inspected"))
+    torch = torchprobe.probe(env, cuda_home=nvcc.cuda_home, python=python)
+    torch_version = _version(torch.version, public=True)
+    torch_missing = torch.error
+    if torch_missing is None and torch_version is None:
+        torch_missing = f"torch reports an unparsable version {torch.version!r}"
     return Toolchain(
-        python=str(torch.get("python") or _this_python()),
+        python=torch.python or _this_python(),
         machine=platform.machine(),
         nvcc=nvcc.path,
         cuda_home=nvcc.cuda_home,
         nvcc_version=nvcc.version,
         nvcc_targets=nvcc.targets,
         torch_version=torch_version,
-        torch_cuda=torch_cuda,
-        cxx11_abi=cxx11_abi,
-        torch_dir=torch_dir,
-        nvidia_include_dirs=_nvidia_include_dirs(torch.get("nvidia", [])),
+        torch_cuda=_version(torch.cuda),
+        cxx11_abi=torch.cxx11_abi,
+        torch_dir=Path(torch.torch_dir) if torch.torch_dir else None,
+        torch_extension=torch.extension,
+        nvidia_include_dirs=_nvidia_include_dirs(list(torch.nvidia_roots)),
         launcher=_launcher(env),
         jobs=_jobs(env),
+        memory=available_memory(),
         nvcc_missing=nvcc.missing,
         torch_missing=torch_missing,
+        torch_extension_missing=torch.extension_error,
     )
 
 
@@ -315,81 +283,6 @@ def _nvcc_version(text: str) -> Version | None:
     return _version(match.group(2) or match.group(1))
 
 
-def _cached_torch_facts(env: dict[str, str]) -> dict[str, Any]:
-    """This interpreter's torch facts, from the cache while torch's files are unchanged."""
-    path = _cache_path(env)
-    if path is not None:
-        try:
-            cached = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cached = None
-        if isinstance(cached, dict) and isinstance(cached.get("torch"), dict):
-            return cached
-    facts = _torch_facts(sys.executable, env)
-    if path is not None and "torch" in facts:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            temp.write_text(json.dumps(facts), encoding="utf-8")
-            os.replace(temp, path)
-        except OSError:
-            pass
-    return facts
-
-
-def _cache_path(env: dict[str, str]) -> Path | None:
-    # The probe's sys.path is PYTHONPATH, then this interpreter's own entries.
-    extra = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    spec = importlib.machinery.PathFinder.find_spec("torch", [*extra, *sys.path])
-    if spec is None or spec.origin is None:
-        return None
-    init = Path(spec.origin)
-    stamps = [
-        f"{file}:{file.stat().st_mtime_ns}"
-        for file in (init, init.parent / "version.py")
-        if file.is_file()
-    ]
-    key = json.dumps([_CACHE_SCHEMA, sys.executable, env.get("PYTHONPATH", ""), *stamps])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return cache_dir(env) / f"torch-{digest}.json"
-
-
-def cache_dir(environ: Mapping[str, str]) -> Path:
-    """This machine's kernelpack cache: `$XDG_CACHE_HOME/kernelpack` (`~/.cache/kernelpack`).
-
-    It holds facts about installed tools, keyed by what they are derived from, so that
-    builds of any project, fresh clones included, need not import torch to learn them."""
-    home = environ.get("HOME") or str(Path.home())
-    return Path(environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")) / "kernelpack"
-
-
-def _torch_facts(python: str, env: dict[str, str]) -> dict[str, Any]:
-    try:
-        proc = subprocess.run(
-            [python, "-c", _TORCH_PROBE],
-            env=env,
-            # `-c` puts the working folder first on sys.path: run where no `torch/` can shadow.
-            cwd=os.path.dirname(shutil.which(python) or python) or None,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"torch_error": f"could not run {python}: {exc}"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_FACTS_MARKER):
-            facts: dict[str, Any] = json.loads(line[len(_FACTS_MARKER) :])
-            if facts.get("torch_error") == "missing":
-                facts["torch_error"] = f"torch is not installed for {python}; pip install torch"
-            elif "torch_error" in facts:
-                facts["torch_error"] = f"import torch failed: {facts['torch_error']}"
-            return facts
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"torch_error": f"import torch crashed {python} (exit {proc.returncode}): {last}"}
-
-
 def _nvidia_include_dirs(roots: object) -> tuple[Path, ...]:
     found: list[Path] = []
     for root in roots if isinstance(roots, list) else []:
@@ -427,11 +320,7 @@ def _jobs(env: dict[str, str]) -> int:
         if not forced.isdigit() or int(forced) < 1:
             raise UsageError(f"KERNELPACK_JOBS={forced} is not a positive integer")
         return int(forced)
-    cores = _cores()
-    available = available_memory()
-    if available is None:
-        return cores
-    return max(1, min(cores, available // JOB_MEMORY_BYTES))
+    return _cores()
 
 
 def _cores() -> int:

@@ -1,7 +1,10 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of it.
 
-Shared by the build (libraries, generated sources), the build record and the release tools;
-light enough for the runtime.
+The one helper for temp + rename, shared by the build (libraries, generated sources), the
+build record, wheels and sdists, the release and Bazel tools; light enough for the runtime.
+Every temporary file is a hidden sibling named `.<name>.<random>` (so a rename never crosses
+file systems), removed on any error or interruption, and given the mode a plain new file
+would have (`0o666` less the umask), not `mkstemp`'s private `0o600`.
 """
 
 from __future__ import annotations
@@ -9,32 +12,47 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["copy_atomic", "write_text_atomic"]
+__all__ = ["TEMP_PREFIX", "atomic_path", "copy_atomic", "write_text_atomic"]
+
+#: Temporary siblings start with `.<final name>.`; builds and packagers skip and clean them.
+TEMP_PREFIX = "."
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(destination: Path, *, mode: int | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling of `destination` to write; on success it replaces
+    `destination` (`os.replace`), on any exception it is removed and `destination` is left
+    as it was. `mode` (default `0o666` less the umask) is set before the rename."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{destination.name}.", dir=destination.parent)
+    os.close(fd)
+    temp = Path(name)
+    try:
+        yield temp
+        os.chmod(temp, (0o666 & ~_umask()) if mode is None else mode)
+        os.replace(temp, destination)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and `os.replace`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `text` (UTF-8) to `path` atomically."""
+    with atomic_path(path) as temp:
+        temp.write_text(text, encoding="utf-8")
 
 
 def copy_atomic(source: Path, destination: Path) -> None:
-    """Copy `source` (with its times and mode) to `destination` the same way."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
-    os.close(fd)
-    try:
-        shutil.copy2(source, tmp)
-        os.replace(tmp, destination)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Copy `source` (with its times and mode) to `destination` atomically."""
+    with atomic_path(destination, mode=source.stat().st_mode & 0o7777) as temp:
+        shutil.copy2(source, temp)

@@ -39,6 +39,7 @@ def make_toolchain(nvcc: FakeNvcc | None = NVCC_13_0, **overrides: Any) -> Toolc
         "torch_cuda": Version("13.0"),
         "cxx11_abi": True,
         "torch_dir": Path("/site/torch"),
+        "torch_extension": None,
         "nvidia_include_dirs": (),
         "launcher": None,
         "jobs": 2,

@@ -23,9 +23,10 @@ from elftools.elf.elffile import ELFFile
 
 from kernelpack.builder import engine
 from kernelpack.builder.engine import BuildResult
-from kernelpack.builder.flags import KernelFlags, TorchFacts, kernel_flags
+from kernelpack.builder.flags import KernelFlags, kernel_flags
 from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
+from kernelpack.plan import plan_project
 from kernelpack.project import Project, locate
 from kernelpack_runtime.record import BuildRecord
 
@@ -190,7 +191,7 @@ def test_record_on_disk_has_the_design_schema_1_keys(tree: Path, ccache_dir: Pat
 
 def _flags(built: tuple[Path, BuildResult], kernel: str) -> KernelFlags:
     toolchain = built[1].plan.toolchain
-    return kernel_flags(built[1].plan.kernel(kernel), toolchain, TorchFacts.query(toolchain))
+    return kernel_flags(built[1].plan.kernel(kernel), toolchain)
 
 
 def test_classic_flags_come_from_torch_helpers(built: tuple[Path, BuildResult]) -> None:
@@ -272,7 +273,7 @@ def test_fresh_clone_in_another_folder_hits_the_cache(tmp_path: Path, ccache_dir
     shutil.copytree(PACKAGE, clone, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
     env = _env(ccache_dir)
     project = _project(clone)
-    plan = engine.plan_project(project, environ=env)
+    plan = plan_project(project, env)
     if plan.toolchain.launcher is None or "ccache" not in plan.toolchain.launcher.name:
         pytest.skip("ccache is not installed")
     subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)

@@ -12,7 +12,7 @@ import pytest
 from fakes import make_manifest, make_spec
 from packaging.version import Version
 
-from kernelpack.plan import plan
+from kernelpack.plan import make_plan
 from kernelpack.toolchain import Toolchain, detect
 
 pytestmark = [
@@ -55,7 +55,7 @@ def test_nvidia_wheel_include_dirs_provide_cublas(real: Toolchain) -> None:
 
 def test_plans_sm90a_and_sm100a_kernels_for_build(real: Toolchain) -> None:
     manifest = make_manifest(make_spec("rmsnorm", ["9.0a"]), make_spec("flash_moe", ["10.0a"]))
-    result = plan(manifest, real)
+    result = make_plan(manifest, real)
     assert [k.name for k in result.to_build] == ["rmsnorm", "flash_moe"]
     assert result.version_tag() == "cu130torch2.14.1"
 

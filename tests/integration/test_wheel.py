@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fakes.fake_torch import install_torch
 
 from kernelpack import backend
 from kernelpack.backend.wheel import package_files, write_wheel
@@ -282,11 +283,10 @@ def test_missing_torch_error_says_to_build_without_isolation(
 ) -> None:
     from kernelpack.errors import PlanError
 
-    def no_torch(*args: object, **kwargs: object) -> None:
-        raise PlanError("cannot build scale, addone: No module named 'torch'")
-
+    # What an isolated build environment looks like: no torch to import.
+    monkeypatch.setenv("PYTHONPATH", str(install_torch(tmp_path / "env", missing=True)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.chdir(_copy(tmp_path / "kpdemo"))
-    monkeypatch.setattr(engine, "plan_project", no_torch)
     with pytest.raises(PlanError, match="--no-build-isolation"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path))
 

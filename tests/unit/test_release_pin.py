@@ -10,9 +10,9 @@ import pytest
 import tomllib
 from packaging.version import Version
 
+from kernelpack.abitag import AbiTag
 from kernelpack.cli import main
 from kernelpack.errors import UsageError
-from kernelpack.release.abitag import AbiTag
 from kernelpack.release.pins import IMPORT_FAILS, Wheel, pins
 
 BASE = "https://github.com/o/r/releases/download/v0.8.0"

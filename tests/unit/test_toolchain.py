@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from kernelpack import toolchain
 from kernelpack.errors import UsageError
-from kernelpack.plan import plan
+from kernelpack.plan import make_plan
 from kernelpack.toolchain import detect
 
 SYSTEM_PATH = "/usr/bin:/bin"
@@ -269,22 +269,21 @@ def test_bad_jobs_variable_is_a_usage_error(torch_site: Path, value: str) -> Non
         detect(environ(site=torch_site, KERNELPACK_JOBS=value))
 
 
-def test_jobs_are_capped_by_free_memory(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
-    monkeypatch.setattr(toolchain, "_cores", lambda: 16)
-    monkeypatch.setattr(toolchain, "available_memory", lambda: 10 * 1024**3)
-    assert detect(environ(site=torch_site)).jobs == 3
-
-
-def test_jobs_are_capped_by_cores(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
+def test_jobs_default_to_the_cores_whatever_the_memory(
+    monkeypatch: pytest.MonkeyPatch, torch_site: Path
+) -> None:
     monkeypatch.setattr(toolchain, "_cores", lambda: 2)
-    monkeypatch.setattr(toolchain, "available_memory", lambda: 100 * 1024**3)
+    monkeypatch.setattr(toolchain, "available_memory", lambda: 1024**3)
     assert detect(environ(site=torch_site)).jobs == 2
 
 
-def test_jobs_are_at_least_one(monkeypatch: pytest.MonkeyPatch, torch_site: Path) -> None:
-    monkeypatch.setattr(toolchain, "_cores", lambda: 8)
-    monkeypatch.setattr(toolchain, "available_memory", lambda: 1024**3)
-    assert detect(environ(site=torch_site)).jobs == 1
+def test_available_memory_is_reported_for_the_job_pools(
+    monkeypatch: pytest.MonkeyPatch, torch_site: Path
+) -> None:
+    monkeypatch.setattr(toolchain, "available_memory", lambda: 10 * 1024**3)
+    found = detect(environ(site=torch_site))
+    assert found.memory == 10 * 1024**3
+    assert found.to_json()["memory"] == 10 * 1024**3
 
 
 # --- JSON and detection feeding the plan -------------------------------------------------------
@@ -303,18 +302,24 @@ def test_to_json_carries_nvcc_and_torch_versions(tmp_path: Path, torch_site: Pat
 def test_cuda_12_nvcc_against_cuda_13_torch_skips_with_cuda_mismatch(tmp_path: Path) -> None:
     site = install_torch(tmp_path / "t", "2.14.1+cu130", "13.0")
     found = detect(environ(install_nvcc(tmp_path, NVCC_12_8), site=site))
-    skip = plan(make_manifest(make_spec()), found).kernel("rmsnorm").skip
+    skip = make_plan(make_manifest(make_spec()), found).kernel("rmsnorm").skip
     assert skip is not None and skip.code == "cuda-mismatch"
 
 
 def test_nvcc_12_4_skips_sm100a_kernel_with_arch_unsupported(tmp_path: Path) -> None:
     site = install_torch(tmp_path / "t", "2.6.0+cu124", "12.4")
     found = detect(environ(install_nvcc(tmp_path, NVCC_12_4), site=site))
-    skip = plan(make_manifest(make_spec("flash_moe", ["10.0a"])), found).kernel("flash_moe").skip
+    skip = (
+        make_plan(make_manifest(make_spec("flash_moe", ["10.0a"])), found).kernel("flash_moe").skip
+    )
     assert skip is not None and skip.code == "arch-unsupported"
     assert skip.message == "nvcc 12.4 cannot build sm_100a"
 
 
 def test_no_nvcc_skips_with_nvcc_missing(torch_site: Path) -> None:
-    skip = plan(make_manifest(make_spec()), detect(environ(site=torch_site))).kernel("rmsnorm").skip
+    skip = (
+        make_plan(make_manifest(make_spec()), detect(environ(site=torch_site)))
+        .kernel("rmsnorm")
+        .skip
+    )
     assert skip is not None and skip.code == "nvcc-missing"

@@ -21,8 +21,9 @@ from kernelpack.backend.sdist import write_sdist
 from kernelpack.backend.wheel import wheel_tag, write_dist_info, write_wheel
 from kernelpack.builder import engine
 from kernelpack.errors import PlanError, UsageError
-from kernelpack.plan import parse_kernels, parse_switch
+from kernelpack.plan import parse_kernels, plan_project
 from kernelpack.project import Project, locate
+from kernelpack_runtime._switch import parse_switch
 
 __all__ = [
     "build_editable",
@@ -97,10 +98,8 @@ def _prepare_metadata(metadata_directory: str, config_settings: ConfigSettings) 
     options = _selection(config_settings)
     options.pop("jobs", None)
     with _explain_isolation():
-        plan = engine.plan_project(project, **options)
-    version = engine.project_version(project, plan)
-    tag = wheel_tag(plan, engine.python_floor(project))
-    return write_dist_info(project, version, Path(metadata_directory), tag)
+        plan = plan_project(project, **options)
+    return write_dist_info(project, plan.version, Path(metadata_directory), wheel_tag(plan))
 
 
 def prepare_metadata_for_build_wheel(

@@ -17,18 +17,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from kernelpack.backend.wheel import metadata_text
+from kernelpack.filekinds import BUILD_OUTPUT_DIRS, BUILD_OUTPUT_SUFFIXES, CACHE_DIRS
 from kernelpack.project import Project
+from kernelpack_runtime._files import atomic_path
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = ["sdist_files", "sdist_name", "write_sdist"]
-
-_SKIP_DIRS = frozenset(
-    {".git", ".hg", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
-)
-# Only at the project root: build outputs, wheels and virtual environments. Deeper down a
-# folder of these names is the project's own (e.g. a subpackage named `build`).
-_SKIP_TOP_DIRS = frozenset({".venv", "venv", "build", "dist"})
-_SKIP_SUFFIXES = frozenset({".so", ".pyc", ".pyo", ".o", ".whl"})
 
 
 def sdist_name(project: Project) -> str:
@@ -41,11 +35,12 @@ def sdist_files(project: Project) -> Iterator[Path]:
     """Every file of the project that belongs in the sdist, sorted."""
     root = project.root
     for folder, dirs, files in os.walk(root):
-        skip = _SKIP_DIRS | _SKIP_TOP_DIRS if Path(folder) == root else _SKIP_DIRS
+        # Build outputs only at the project root; deeper down such a folder is the project's.
+        skip = CACHE_DIRS | BUILD_OUTPUT_DIRS if Path(folder) == root else CACHE_DIRS
         dirs[:] = sorted(d for d in dirs if d not in skip and not d.endswith(".egg-info"))
         for name in sorted(files):
             path = Path(folder) / name
-            if path.suffix in _SKIP_SUFFIXES or name == RECORD_FILENAME:
+            if path.suffix in BUILD_OUTPUT_SUFFIXES or name == RECORD_FILENAME:
                 continue
             yield path
 
@@ -55,25 +50,20 @@ def write_sdist(project: Project, sdist_dir: Path) -> Path:
     name = sdist_name(project)
     sdist_dir.mkdir(parents=True, exist_ok=True)
     path = sdist_dir / f"{name}.tar.gz"
-    tmp = sdist_dir / f".{path.name}.{os.getpid()}.tmp"
     pkg_info = metadata_text(project, project.version).encode("utf-8")
-    try:
-        with (
-            open(tmp, "wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            for file in sdist_files(project):
-                arcname = f"{name}/{file.relative_to(project.root).as_posix()}"
-                tar.add(str(file), arcname=arcname, recursive=False, filter=_normalise)
-            info = tarfile.TarInfo(f"{name}/PKG-INFO")
-            info.size = len(pkg_info)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(pkg_info))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for file in sdist_files(project):
+            arcname = f"{name}/{file.relative_to(project.root).as_posix()}"
+            tar.add(str(file), arcname=arcname, recursive=False, filter=_normalise)
+        info = tarfile.TarInfo(f"{name}/PKG-INFO")
+        info.size = len(pkg_info)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(pkg_info))
     return path
 
 

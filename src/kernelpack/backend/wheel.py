@@ -22,7 +22,8 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from kernelpack import __version__
-from kernelpack.builder.engine import BuildResult, python_floor
+from kernelpack.builder.engine import BuildResult
+from kernelpack.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.plan import BuildPlan
 from kernelpack.project import Project
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
@@ -37,21 +38,17 @@ __all__ = [
     "write_wheel",
 ]
 
-#: Files and folders of the package that never go into a wheel.
-_SOURCE_SUFFIXES = frozenset(
-    {".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inl", ".o"}
-)
 # Build outputs live in <project root>/build, outside the package: a subpackage (or kernel)
-# named `build` is Python code and ships.
-_SKIP_DIRS = frozenset({"csrc", "__pycache__", ".git"})
-_SKIP_SUFFIXES = frozenset({".so", ".pyc", ".pyo"})
+# named `build` is Python code and ships. The kernels' libraries are added from the build.
+_SKIP_DIRS = NATIVE_DIRS | CACHE_DIRS
 
 
-def wheel_tag(plan: BuildPlan, floor: tuple[int, int]) -> Tag:
-    """`cp311-cp311-<platform>`, or `cp3X-abi3-<platform>` when every kernel is stable."""
-    specs = [k.spec for k in plan.to_build] or [k.spec for k in plan.kernels]
+def wheel_tag(plan: BuildPlan) -> Tag:
+    """`cp311-cp311-<platform>`, or `cp3X-abi3-<platform>` (X: the plan's Python floor) when
+    every kernel is stable (`BuildPlan.all_stable`)."""
     platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    if specs and all(spec.abi == "stable" for spec in specs):
+    if plan.all_stable:
+        floor = plan.python_floor
         return Tag(f"cp{floor[0]}{floor[1]}", "abi3", platform)
     python = f"{interpreter_name()}{interpreter_version()}"
     return Tag(python, python, platform)
@@ -193,7 +190,7 @@ def package_files(project: Project) -> Iterator[tuple[Path, str]]:
         rel = path.relative_to(package_dir)
         if any(part in _SKIP_DIRS for part in rel.parts) or not path.is_file():
             continue
-        if path.suffix in _SOURCE_SUFFIXES or path.suffix in _SKIP_SUFFIXES:
+        if is_native(path) or path.suffix in BUILD_OUTPUT_SUFFIXES:
             continue
         if rel.as_posix() == RECORD_FILENAME:
             continue
@@ -213,7 +210,7 @@ def write_wheel(
     that folder (the libraries were installed in place).
     """
     version = result.record.version
-    tag = wheel_tag(result.plan, python_floor(project))
+    tag = wheel_tag(result.plan)
     wheel_dir.mkdir(parents=True, exist_ok=True)
     path = wheel_dir / wheel_name(project, version, tag)
     # WheelFile needs a valid wheel name: write it in a hidden folder, then rename.

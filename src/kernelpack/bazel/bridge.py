@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [
     "Bridge",
@@ -199,10 +199,7 @@ def bridge(venv: Path, python: str, *, process_pth: bool = False) -> BridgeResul
     try:
         if plan.path.is_file() and plan.path.read_text(encoding="utf-8") == content:
             return BridgeResult(plan.path, "unchanged", paths, imports)
-        plan.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = plan.path.with_name(f".{plan.path.name}.tmp")
-        temp.write_text(content, encoding="utf-8")
-        os.replace(temp, plan.path)
+        write_text_atomic(plan.path, content)
     except OSError as exc:
         raise KernelpackError(f"{plan.path}: cannot write the bridge: {exc.strerror}") from None
     return BridgeResult(plan.path, "wrote", paths, imports)

@@ -24,7 +24,9 @@ from pathlib import Path, PurePosixPath
 
 from kernelpack.bazel.markers import is_gpu_test_file
 from kernelpack.errors import UsageError
+from kernelpack.filekinds import BUILD_OUTPUT_DIRS, CACHE_DIRS, NATIVE_DIRS
 from kernelpack.project import Project
+from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [
     "DEFAULT_RULES_DIR",
@@ -43,7 +45,9 @@ DEFAULT_RULES_DIR = "tools/kernelpack"
 #: Files that mark a Bazel workspace root.
 WORKSPACE_FILES = ("MODULE.bazel", "REPO.bazel", "WORKSPACE.bazel", "WORKSPACE")
 
-_SKIPPED_DIRS = frozenset({"__pycache__", "build", "dist", "node_modules", "csrc"})
+# Not the Python layer: caches, native code, and build outputs (at any depth here: a Bazel
+# package's Python sources never sit in a folder Bazel's own outputs could shadow).
+_SKIPPED_DIRS = CACHE_DIRS | NATIVE_DIRS | BUILD_OUTPUT_DIRS
 _BUILD_FILES = ("BUILD.bazel", "BUILD")
 
 
@@ -141,10 +145,7 @@ def write(file: GeneratedFile) -> bool:
     """Write `file` if it is stale (atomically); return whether it changed."""
     if file.current() == file.content:
         return False
-    file.path.parent.mkdir(parents=True, exist_ok=True)
-    temp = file.path.with_name(f".{file.path.name}.kernelpack-tmp")
-    temp.write_text(file.content, encoding="utf-8")
-    os.replace(temp, file.path)
+    write_text_atomic(file.path, file.content)
     return True
 
 
@@ -165,7 +166,7 @@ def _scan(root: Path) -> tuple[list[Path], list[Path]]:
         keep = []
         for name in sorted(dirnames):
             sub = here / name
-            if name == "csrc":
+            if name in NATIVE_DIRS:
                 csrc_dirs.append(sub)
             if _skipped(name, sub):
                 continue

@@ -16,21 +16,19 @@ import shlex
 import sysconfig
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from packaging.specifiers import SpecifierSet
-
 from kernelpack.builder import graph, modinit
 from kernelpack.builder import ninja as ninja_runner
-from kernelpack.builder.flags import TorchFacts, kernel_flags, limited_api_hex
+from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.install import install_file
 from kernelpack.builder.lock import build_lock
 from kernelpack.builder.ninja import Step
 from kernelpack.errors import BuildError
-from kernelpack.plan import BuildPlan, KernelPlan, Selection
-from kernelpack.toolchain import available_memory
+from kernelpack.filekinds import is_header
+from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
@@ -46,31 +44,22 @@ __all__ = [
     "compile_plan",
     "install_inplace",
     "library_name",
-    "plan_project",
-    "project_version",
-    "python_floor",
     "sources_sha256",
 ]
 
-_HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl", ".inc", ".tcc"})
 _LIBRARY_RE = re.compile(r"^_C(\..*)?\.so$")
 
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How to build a plan: where, with how many jobs, and for which Python floor."""
+    """How to carry out a plan: where, and with how many jobs (what to build, with which
+    version, Python floor and include folders, the plan itself says)."""
 
     root: Path
     """Project root: the launcher's base folder (paths below it are cache-portable)."""
     build_dir: Path
-    version: str
-    """Full version written into the record: `0.1.0+cu130stable2.10`."""
     jobs: int | None = None
     """None: the toolchain's budget."""
-    python_floor: tuple[int, int] = (3, 10)
-    """Lowest CPython the stable (abi3) libraries must load on (`Py_LIMITED_API`)."""
-    dep_include_dirs: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
-    """Kernel name -> include folders of its `depends`."""
     stream: TextIO | None = None
     """Where progress and compiler output go (default stderr)."""
     environ: Mapping[str, str] | None = None
@@ -111,9 +100,7 @@ def sources_sha256(kernel: KernelPlan, package_dir: Path) -> str:
     files = set(spec.sources)
     for folder in (spec.folder, *spec.include_dirs):
         if folder.is_dir():
-            files.update(
-                p for p in folder.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file()
-            )
+            files.update(p for p in folder.rglob("*") if is_header(p) and p.is_file())
     digest = hashlib.sha256()
     for path in sorted(files):
         try:
@@ -140,19 +127,12 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         if to_build:
             if toolchain.nvcc is None:
                 raise BuildError("nvcc is needed to build kernels but none was found")
-            torch = TorchFacts.query(toolchain, environ)
             nodes = []
             for kernel in to_build:
-                flags = kernel_flags(
-                    kernel,
-                    toolchain,
-                    torch,
-                    dep_include_dirs=options.dep_include_dirs.get(kernel.name, ()),
-                    limited_api=options.python_floor,
-                )
+                flags = kernel_flags(kernel, toolchain, limited_api=plan.python_floor)
                 sources = list(kernel.spec.sources)
                 if not modinit.defines_module_init(sources):
-                    sources.append(_write_modinit(kernel, build_dir, options.python_floor))
+                    sources.append(_write_modinit(kernel, build_dir, plan.python_floor))
                 library = f"lib/{kernel.name}/{library_name(kernel)}"
                 libraries[kernel.name] = build_dir / library
                 nodes.append(
@@ -173,7 +153,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                 cxx=environ.get("CXX", "c++"),
                 cc=environ.get("CC", "cc"),
                 launcher=toolchain.launcher,
-                pools=graph.Pools.for_memory(jobs, available_memory()),
+                pools=graph.Pools.for_memory(jobs, toolchain.memory),
                 nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
                 nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
             )
@@ -191,7 +171,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             steps = tuple(result.steps)
         record = BuildRecord(
             package=plan.manifest.package,
-            version=options.version,
+            version=plan.version,
             toolchain=_toolchain_record(plan),
             kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
         )
@@ -209,47 +189,6 @@ def build_dir_for(project: Project) -> Path:
     return project.root / "build" / "kernelpack"
 
 
-def python_floor(project: Project) -> tuple[int, int]:
-    """The lowest CPython the project supports (`requires-python`), at least 3.10.
-
-    Stable kernels are compiled for its limited API and tagged `cp3X-abi3`.
-    """
-    floor = (3, 10)
-    spec = project.metadata.get("requires-python")
-    if not isinstance(spec, str):
-        return floor
-    specifiers = SpecifierSet(spec)
-    for minor in range(10, 40):
-        if f"3.{minor}.99" in specifiers or f"3.{minor}" in specifiers:
-            return max(floor, (3, minor))
-    return floor
-
-
-def plan_project(
-    project: Project,
-    *,
-    kernels: frozenset[str] | None = None,
-    require: bool | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> BuildPlan:
-    """Detect the toolchain and plan `project` (env selection, overridden by the arguments)."""
-    from kernelpack import plan, toolchain
-
-    env = dict(os.environ if environ is None else environ)
-    selection = Selection.from_env(project.env_prefix, env)
-    if kernels is not None:
-        selection = replace(selection, kernels=kernels, origin="--kernels")
-    if require is not None:
-        selection = replace(selection, require=require)
-    manifest = project.load_manifest(allow_missing_sources=True)
-    return plan.plan(manifest, toolchain.detect(env), selection)
-
-
-def project_version(project: Project, plan: BuildPlan) -> str:
-    """The version a build of `project` carries: `0.3.0+cu130stable2.10`."""
-    return f"{project.version}+{plan.version_tag()}"
-
-
 def build_project(
     project: Project,
     *,
@@ -262,23 +201,15 @@ def build_project(
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see `install_inplace`
     and `kernelpack.backend.wheel`."""
-    from kernelpack import deps
-
     env = dict(os.environ if environ is None else environ)
-    build_dir = build_dir or build_dir_for(project)
-    decided = plan_project(project, kernels=kernels, require=require, environ=env)
-    dep_dirs = {k.name: deps.include_dirs(k.spec.depends, project, env) for k in decided.to_build}
     options = BuildOptions(
         root=project.root,
-        build_dir=build_dir,
-        version=project_version(project, decided),
+        build_dir=build_dir or build_dir_for(project),
         jobs=jobs,
-        python_floor=python_floor(project),
-        dep_include_dirs=dep_dirs,
         stream=stream,
         environ=env,
     )
-    return compile_plan(decided, options)
+    return compile_plan(plan_project(project, env, kernels=kernels, require=require), options)
 
 
 def install_inplace(result: BuildResult) -> list[Path]:

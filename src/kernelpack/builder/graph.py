@@ -23,14 +23,15 @@ from typing import cast
 from ninja.ninja_syntax import Writer, escape, escape_path
 
 from kernelpack.builder.flags import KernelFlags
-from kernelpack.toolchain import JOB_MEMORY_BYTES
 
-__all__ = ["FILENAME", "GraphKernel", "Pools", "render"]
+__all__ = ["FILENAME", "HEAVY_JOB_BYTES", "LIGHT_JOB_BYTES", "GraphKernel", "Pools", "render"]
 
 FILENAME = "build.ninja"
 
-# A compile that includes only the stable-ABI or CUDA headers peaks near 1 GB.
-_LIGHT_JOB_BYTES = 1024**3
+#: Memory budgeted per compile that includes the full ATen headers: nvcc peaks near 3 GB.
+HEAVY_JOB_BYTES = 3 * 1024**3
+#: Memory budgeted per compile of the stable-ABI or CUDA headers only: about 1 GB.
+LIGHT_JOB_BYTES = 1024**3
 _CUDA_SUFFIXES = (".cu",)
 _C_SUFFIXES = (".c",)
 
@@ -39,8 +40,9 @@ _C_SUFFIXES = (".c",)
 class Pools:
     """Concurrent compile slots: heavy (ATen, ~3 GB each) and light (headers only, ~1 GB).
 
-    `-j` (or `KERNELPACK_JOBS`) may ask for more jobs than memory allows; the pools keep
-    the compiles that include ATen within it while lighter ones use every job."""
+    The one memory model of the build: `-j` (default: the cores) may ask for more jobs than
+    memory allows; the pools keep the compiles that include ATen within it while lighter
+    ones use every job that fits."""
 
     heavy: int
     light: int
@@ -51,8 +53,8 @@ class Pools:
         if available_bytes is None:
             return cls(heavy=jobs, light=jobs)
         return cls(
-            heavy=max(1, min(jobs, available_bytes // JOB_MEMORY_BYTES)),
-            light=max(1, min(jobs, available_bytes // _LIGHT_JOB_BYTES)),
+            heavy=max(1, min(jobs, available_bytes // HEAVY_JOB_BYTES)),
+            light=max(1, min(jobs, available_bytes // LIGHT_JOB_BYTES)),
         )
 
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 from kernelpack._toml import display_path
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.plan import all_stable
 from kernelpack.project import PATH_HELP, locate
 from kernelpack.release.workflow import DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
+from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["register", "run"]
 
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     repo = Path.cwd()
     project = locate(args.path)
     manifest = project.load_manifest(allow_missing_sources=True)
-    stable = all(spec.abi == "stable" for spec in manifest.kernels)
+    # A release builds every kernel (`*_KERNELS_REQUIRE=1`): the rule over the whole manifest.
+    stable = all_stable(manifest.kernels)
     workflow = Workflow.of(
         project, repo, args.out, cuda=args.cuda, python=args.python, stable=stable
     )
@@ -74,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
         raise KernelpackError(f"{shown} {problem}; write it with `kernelpack ci`")
     if current is not None and not current.startswith(HEADER) and not args.force:
         raise UsageError(f"{shown}: exists and was not written by kernelpack ci; pass --force")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    write_text_atomic(out, text)
     print(f"wrote {shown} (triggers on: {', '.join(workflow.paths)})")
     return 0

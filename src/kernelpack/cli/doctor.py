@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernelpack import deps
+from kernelpack.builder.graph import Pools
 from kernelpack.cli import _render
 from kernelpack.errors import ManifestError, PlanError, UsageError
-from kernelpack.plan import BuildPlan, KernelPlan, Selection, decide
+from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project import PATH_HELP, Project, locate
 from kernelpack.toolchain import Toolchain, detect
 
@@ -59,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if project is None:
         toolchain, report = detect(), None
     else:
-        manifest = project.load_manifest(allow_missing_sources=True)
-        selection = Selection.from_env(project.env_prefix, os.environ)
-        toolchain = detect()
-        report = Report.make(project, decide(manifest, toolchain, selection))
+        plan = plan_project(project, strict=False)
+        toolchain, report = plan.toolchain, Report(project, plan)
     if args.json:
         print(json.dumps(to_json(toolchain, report), indent=2))
     else:
@@ -84,30 +82,24 @@ def _locate(path: Path | None) -> tuple[Project | None, UsageError | None]:
 
 @dataclass(frozen=True)
 class Report:
-    """A package's plan plus what building it here would find missing."""
+    """A package's plan, as `plan_project` decided it on this machine."""
 
     project: Project
     plan: BuildPlan
-    include_dirs: Mapping[str, tuple[Path, ...]]
-    """Kernel to build -> the include folders of its `depends` found on this machine."""
-    problems: tuple[str, ...]
-    """`BuildPlan.problems()`, then each `depends` that cannot be found here."""
 
-    @classmethod
-    def make(cls, project: Project, plan: BuildPlan) -> Report:
-        """Resolve the `depends` of every kernel to build, as the build would."""
-        include_dirs: dict[str, tuple[Path, ...]] = {}
-        missing: list[str] = []
-        for kernel in plan.to_build:
-            try:
-                include_dirs[kernel.name] = deps.include_dirs(kernel.spec.depends, project)
-            except UsageError as exc:
-                missing.append(f"{kernel.name}: {exc}")
-        return cls(project, plan, include_dirs, (*plan.problems(), *missing))
+    @property
+    def include_dirs(self) -> Mapping[str, tuple[Path, ...]]:
+        """Kernel to build -> the include folders of its `depends` found on this machine."""
+        return {k.name: k.dep_include_dirs for k in self.plan.to_build}
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """`BuildPlan.problems()`: what stops the build here, one line each."""
+        return self.plan.problems()
 
     @property
     def version(self) -> str:
-        return f"{self.project.version}+{self.plan.version_tag()}"
+        return self.plan.version
 
 
 def to_json(toolchain: Toolchain, report: Report | None) -> dict[str, Any]:
@@ -191,7 +183,7 @@ def _toolchain_table(toolchain: Toolchain) -> Table:
         table.add_row("torch", _missing(toolchain.torch_missing))
     table.add_row("nvidia headers", "\n".join(str(p) for p in toolchain.nvidia_include_dirs) or "-")
     table.add_row("launcher", str(toolchain.launcher or "none"))
-    table.add_row("jobs", str(toolchain.jobs))
+    table.add_row("jobs", _jobs_text(toolchain))
     table.add_row("python", f"{toolchain.python} on {toolchain.machine}")
     return table
 
@@ -230,3 +222,15 @@ def _shown(path: Path) -> str:
         return os.path.relpath(path)
     except ValueError:
         return str(path)
+
+
+def _jobs_text(toolchain: Toolchain) -> str:
+    """`2; 23.1 GiB free: 2 ATen / 2 header-only compiles at once` (the build's pools)."""
+    pools = Pools.for_memory(toolchain.jobs, toolchain.memory)
+    if toolchain.memory is None:
+        return f"{toolchain.jobs} (memory unknown)"
+    free = toolchain.memory / 1024**3
+    return (
+        f"{toolchain.jobs}; {free:.1f} GiB free: {pools.heavy} ATen / {pools.light} "
+        "header-only compiles at once"
+    )

@@ -4,7 +4,6 @@
 - `contract`: `kernelpack contract`, the host-side contract of a built package and its changes.
 - `workflow`: `kernelpack ci`, the GitHub Actions workflow that builds and pins the wheels.
 - `pins`: `kernelpack pin`, `[tool.uv.sources]` entries for wheels, checked against `uv.lock`.
-- `abitag`: the ABI label of a wheel's version (`cu130torch2.14.1`, `cu130stable2.10`).
 
 Never imported by the run time.
 """

@@ -24,8 +24,8 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from kernelpack._toml import PLATFORMS, display_path, read_toml
+from kernelpack.abitag import AbiTag
 from kernelpack.errors import UsageError
-from kernelpack.release.abitag import AbiTag
 
 __all__ = [
     "BACKEND",

@@ -1,7 +1,8 @@
 """`AbiTag`: the ABI a kernel wheel's local version names (`cu130torch2.14.1`, `cu130stable2.10`).
 
-The build writes it (`BuildPlan.version_tag`); release tooling reads it back from wheel file
-names and pinned URLs to tell which torch a wheel imports under.
+The plan makes it (`BuildPlan.abi_tag`), the wheel's version carries its `str()`, and release
+tooling parses it back from wheel file names and pinned URLs to tell which torch a wheel
+imports under: one type for both directions.
 """
 
 from __future__ import annotations

@@ -1,0 +1,38 @@
+"""The one atomic-write helper: the old file or the new one, never half, never a leftover."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kernelpack_runtime._files import atomic_path, copy_atomic, write_text_atomic
+
+
+def test_written_file_gets_a_plain_files_mode_not_mkstemps_private_one(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "record.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "record.json").stat().st_mode) == 0o644
+
+
+def test_an_error_while_writing_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "lib.so"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as temp:
+        temp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lib.so"]
+
+
+def test_copy_keeps_the_source_mode(tmp_path: Path) -> None:
+    source = tmp_path / "a.so"
+    source.write_bytes(b"\x7fELF")
+    source.chmod(0o755)
+    copy_atomic(source, tmp_path / "out" / "a.so")
+    assert stat.S_IMODE((tmp_path / "out" / "a.so").stat().st_mode) == 0o755

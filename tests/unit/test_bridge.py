@@ -207,3 +207,26 @@ def test_bridge_file_name_depends_on_the_venv_path(tmp_path: Path) -> None:
     first, second = pth_name(tmp_path / "a"), pth_name(tmp_path / "b")
     assert first != second
     assert first.startswith("kernelpack-bridge-") and first.endswith(".pth")
+
+
+def test_venv_path_with_a_newline_is_refused_and_writes_no_import_line(
+    tmp_path: Path, system: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A real venv whose folder name carries a line that `site` would execute.
+    hostile = make_venv(tmp_path / "v\nimport os; os.environ['BRIDGE_PWNED'] = '1'\n")
+    before = set(purelib(system).iterdir())
+    code = bridge("--venv", str(hostile), "--python", str(system / "bin" / "python"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "'\\n'" in err
+    assert set(purelib(system).iterdir()) == before
+    env = {k: v for k, v in os.environ.items() if k != "BRIDGE_PWNED"}
+    done = subprocess.run(
+        [str(system / "bin" / "python"), "-c", "import os; print(os.environ.get('BRIDGE_PWNED'))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert done.stdout.strip() == "None"

@@ -143,7 +143,11 @@ class Bridge:
         return unique
 
     def content(self) -> str:
-        return "".join(f"{line}\n" for line in self.lines())
+        """The file's text; `UsageError` when a path would break out of its line."""
+        lines = self.lines()
+        for line in lines:
+            _refuse_line_breaks(line, "a path of the bridge")
+        return "".join(f"{line}\n" for line in lines)
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,13 @@ def default_python() -> str:
 
 
 def bridge(venv: Path, python: str, *, process_pth: bool = False) -> BridgeResult:
-    """Make `venv`'s packages visible to `python`; idempotent. Refuses another Python/ABI."""
+    """Make `venv`'s packages visible to `python`; idempotent. Refuses another Python/ABI.
+
+    A path holding a line break or a NUL is refused: in a `.pth` file it would end its line,
+    and a next line starting with `import` is code that `site` runs at every start-up.
+    """
+    _refuse_line_breaks(str(venv), "--venv")
+    _refuse_line_breaks(python, "--python")
     venv_python = _venv_python(venv)
     target = Interpreter.probe(python)
     source = Interpreter.probe(str(venv_python))
@@ -215,6 +225,18 @@ def unbridge(venv: Path, python: str) -> BridgeResult:
     except OSError as exc:
         raise KernelpackError(f"{path}: cannot remove the bridge: {exc.strerror}") from None
     return BridgeResult(path, "removed")
+
+
+_LINE_BREAKS = ("\n", "\r", "\0")
+
+
+def _refuse_line_breaks(value: str, what: str) -> None:
+    for char in _LINE_BREAKS:
+        if char in value:
+            raise UsageError(
+                f"{what} {value!r}: holds {char!r}; a .pth file takes one path per line, "
+                "so paths with line breaks or NUL are refused"
+            )
 
 
 def _venv_python(venv: Path) -> Path:

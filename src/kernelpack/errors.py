@@ -6,6 +6,8 @@ line, with no traceback: 2 for bad input, 1 for a failure of the thing checked o
 
 from __future__ import annotations
 
+import signal
+
 from kernelpack_runtime.errors import (
     KernelpackError,
     KernelUnavailableError,
@@ -15,6 +17,7 @@ from kernelpack_runtime.errors import (
 
 __all__ = [
     "BuildError",
+    "Interrupted",
     "KernelUnavailableError",
     "KernelpackError",
     "ManifestError",
@@ -70,3 +73,19 @@ class BuildError(KernelpackError):
     """A compile, link or packaging step failed (exit code 1)."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (SIGTERM, SIGHUP; SIGINT stays `KeyboardInterrupt`).
+
+    A `KeyboardInterrupt`, so every clean-up that handles Ctrl-C handles it too; the CLI
+    exits with `exit_code`, 128 + the signal number (143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

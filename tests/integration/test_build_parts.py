@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,8 +16,15 @@ from packaging.version import Version
 from kernelpack.builder import modinit
 from kernelpack.builder.flags import INCLUDE_DIR, limited_api_hex, stable_target_hex
 from kernelpack.builder.graph import Pools
-from kernelpack.builder.install import install_file
+from kernelpack.builder.install import (
+    LIBRARY_TEMP,
+    install_file,
+    install_library,
+    library_problem,
+    remove_stale_temps,
+)
 from kernelpack.builder.lock import build_lock
+from kernelpack.builder.processes import TOKEN_VARIABLE
 from kernelpack.errors import BuildError
 
 _HOLD = """
@@ -146,3 +154,97 @@ def test_pools_keep_at_least_one_slot_when_memory_is_short() -> None:
 def test_pools_never_exceed_the_jobs() -> None:
     pools = Pools.for_memory(jobs=2, available_bytes=64 * 1024**3)
     assert (pools.heavy, pools.light) == (2, 2)
+
+
+# --- staged libraries, stale temporary files, the lock's guard -----------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real shared library from the host C compiler."""
+    folder = tmp_path_factory.mktemp("so")
+    source = folder / "x.c"
+    source.write_text("int kp_answer(void) { return 42; }\nchar kp_blob[65536] = {1};\n")
+    library = folder / "_C.abi3.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return library
+
+
+def test_whole_shared_library_passes_the_check(shared_library: Path) -> None:
+    assert library_problem(shared_library) is None
+
+
+@pytest.mark.parametrize("keep", [0, 16, 60, 64, 1000, 0.5, -1])
+def test_truncated_library_is_reported_and_never_installed(
+    shared_library: Path, tmp_path: Path, keep: float
+) -> None:
+    data = shared_library.read_bytes()
+    cut = int(len(data) * keep) if isinstance(keep, float) else keep % len(data)
+    staged = tmp_path / "staged" / "_C.abi3.so"
+    staged.parent.mkdir()
+    staged.write_bytes(data[:cut])
+    installed = tmp_path / "pkg" / "_C.abi3.so"
+    installed.parent.mkdir()
+    installed.write_bytes(data)
+    assert library_problem(staged) is not None
+    with pytest.raises(BuildError, match="not installed over"):
+        install_library(staged, installed)
+    assert installed.read_bytes() == data
+
+
+def test_library_check_never_opens_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "_C.abi3.so"
+    os.mkfifo(fifo)
+    assert library_problem(fifo) == "not a regular file"
+
+
+def test_stale_temp_removal_takes_only_temporary_copies(tmp_path: Path) -> None:
+    names = ["._C.abi3.so.k3j9x_2a", "._C.cpython-311-x86_64-linux-gnu.so.0a1b2c3d"]
+    kept = ["_C.abi3.so", ".notes.txt", "._C.abi3.so.bak", "._C.abi3.so.TOOLONG99", "x.py"]
+    for name in names + kept:
+        (tmp_path / name).write_text("x")
+    removed = remove_stale_temps(tmp_path, LIBRARY_TEMP)
+    assert sorted(p.name for p in removed) == sorted(names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+def test_lock_that_is_a_folder_is_a_one_line_build_error(tmp_path: Path) -> None:
+    (tmp_path / ".lock" / "inside").mkdir(parents=True)
+    with pytest.raises(BuildError) as error, build_lock(tmp_path, 1):
+        pass
+    assert "\n" not in str(error.value)
+    assert str(error.value).startswith(f"{tmp_path / '.lock'}: cannot take the build lock")
+
+
+def test_holder_file_of_any_content_never_breaks_the_lock(tmp_path: Path) -> None:
+    for content in (b"\xff\xfe\x00", b"[" * 100_000, b'{"ninja": {"pid": 1, "start": "x"}}'):
+        (tmp_path / ".lock.holder").write_bytes(content)
+        with build_lock(tmp_path, 1):
+            pass
+
+
+_ORPHAN = """
+import os, signal, subprocess, sys, time
+# A stand-in for a compile a killed build left behind: it ignores SIGTERM, as some do.
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_next_holder_kills_what_a_killed_build_left_running(tmp_path: Path) -> None:
+    token = "0123456789abcdef"
+    env = {**os.environ, TOKEN_VARIABLE: token}
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert orphan.stdout is not None
+    assert int(orphan.stdout.readline()) == orphan.pid
+    # The record a killed holder leaves: its ninja (gone) and the run's token and session.
+    record = {"pid": 999999, "ninja": {"pid": 999999, "start": 1}, "token": token}
+    record["session"] = os.getsid(orphan.pid)
+    (tmp_path / ".lock.holder").write_text(json.dumps(record))
+    started = time.monotonic()
+    with build_lock(tmp_path, 1):
+        assert orphan.wait(timeout=5) == -signal.SIGKILL
+    assert time.monotonic() - started < 5

@@ -16,15 +16,15 @@ import shlex
 import sysconfig
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from kernelpack.builder import graph, modinit
+from kernelpack.builder import graph, install, modinit
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
-from kernelpack.builder.install import install_file
-from kernelpack.builder.lock import build_lock
+from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
 from kernelpack.errors import BuildError
 from kernelpack.filekinds import is_header
@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 _LIBRARY_RE = re.compile(r"^_C(\..*)?\.so$")
+# The link step's temporary output (graph.py) and the module init's atomic writes.
+_LINK_TEMP = re.compile(r"_C(\.[^/]*)?\.so\.tmp")
+_GEN_TEMP = install.temp_of("_C_init.c")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class BuildResult:
     steps: tuple[Step, ...]
     """Graph steps this run executed (empty for a no-op build), with their times."""
     seconds: float
+    build_dir: Path | None = None
+    """The build folder (absolute) that holds the staged libraries."""
 
     @property
     def compiled(self) -> tuple[Step, ...]:
@@ -123,7 +128,8 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
     to_build = plan.to_build
     libraries: dict[str, Path] = {}
     steps: tuple[Step, ...] = ()
-    with build_lock(build_dir):
+    with build_lock(build_dir) as lock:
+        _remove_stale_temps(plan, build_dir)
         if to_build:
             if toolchain.nvcc is None:
                 raise BuildError("nvcc is needed to build kernels but none was found")
@@ -161,14 +167,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             env = ninja_runner.environment(
                 environ, root=options.root.absolute(), launcher=toolchain.launcher
             )
-            result = ninja_runner.run(
-                build_dir,
-                jobs=jobs,
-                env=env,
-                stream=options.stream,
-                on_failure=lambda failed, output: _failure_message(failed, output, build_dir),
-            )
-            steps = tuple(result.steps)
+            steps = _run_ninja(build_dir, libraries, lock, jobs=jobs, env=env, options=options)
         record = BuildRecord(
             package=plan.manifest.package,
             version=plan.version,
@@ -181,7 +180,70 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         libraries=libraries,
         steps=steps,
         seconds=time.monotonic() - started,
+        build_dir=build_dir,
     )
+
+
+def _run_ninja(
+    build_dir: Path,
+    libraries: Mapping[str, Path],
+    lock: BuildLock,
+    *,
+    jobs: int,
+    env: Mapping[str, str],
+    options: BuildOptions,
+) -> tuple[Step, ...]:
+    """Run the graph; a staged library that is not whole (truncated in the build folder
+    after its link, say) is removed and linked again, once."""
+
+    def run(targets: tuple[str, ...] = ()) -> tuple[Step, ...]:
+        result = ninja_runner.run(
+            build_dir,
+            jobs=jobs,
+            env=env,
+            targets=targets,
+            stream=options.stream,
+            on_failure=lambda failed, output: _failure_message(failed, output, build_dir),
+            on_start=lock.record_child,
+        )
+        return tuple(result.steps)
+
+    steps = run()
+    broken = _broken_libraries(libraries)
+    if broken:
+        for path in broken.values():
+            _unlink(path)
+        steps += run(tuple(path.relative_to(build_dir).as_posix() for path in broken.values()))
+        still = _broken_libraries({k: libraries[k] for k in broken})
+        if still:
+            kernel, problem = next(iter(still.items()))
+            raise BuildError(
+                f"kernel {kernel!r}: the linked library {libraries[kernel]} is {problem}"
+            )
+    return steps
+
+
+def _broken_libraries(libraries: Mapping[str, Path]) -> dict[str, Path]:
+    return {k: p for k, p in libraries.items() if install.library_problem(p) is not None}
+
+
+def _remove_stale_temps(plan: BuildPlan, build_dir: Path) -> None:
+    """Remove the temporary files of writes a killed build left in the package and the
+    build folder (they would otherwise end up in wheels and sdists)."""
+    package_dir = plan.manifest.package_dir
+    install.remove_stale_temps(package_dir, install.temp_of(RECORD_FILENAME))
+    for kernel in plan.kernels:
+        install.remove_stale_temps(package_dir / kernel.name, install.LIBRARY_TEMP)
+        install.remove_stale_temps(build_dir / "lib" / kernel.name, _LINK_TEMP)
+        install.remove_stale_temps(build_dir / "gen" / kernel.name, _GEN_TEMP)
+    install.remove_stale_temps(build_dir, install.temp_of(graph.FILENAME))
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise BuildError(f"{path}: cannot remove it: {exc.strerror}") from None
 
 
 def build_dir_for(project: Project) -> Path:
@@ -219,11 +281,19 @@ def install_inplace(result: BuildResult) -> list[Path]:
     `_C.cpython-311-….so` that would shadow a new `_C.abi3.so`) is removed afterwards.
     Returns the files that changed.
     """
+    with build_lock(result.build_dir) if result.build_dir else nullcontext():
+        try:
+            return _install(result)
+        except OSError as exc:
+            raise BuildError(f"{exc.filename or 'install'}: {exc.strerror or exc}") from None
+
+
+def _install(result: BuildResult) -> list[Path]:
     package_dir = result.plan.manifest.package_dir
     changed: list[Path] = []
     for name, staged in result.libraries.items():
         destination = package_dir / name / staged.name
-        if install_file(staged, destination):
+        if install.install_library(staged, destination):
             changed.append(destination)
         for other in destination.parent.iterdir():
             if other != destination and _LIBRARY_RE.match(other.name):
@@ -231,7 +301,7 @@ def install_inplace(result: BuildResult) -> list[Path]:
                 changed.append(other)
     record_path = package_dir / RECORD_FILENAME
     text = result.record.dumps()
-    if not record_path.is_file() or record_path.read_text(encoding="utf-8") != text:
+    if _read_bytes(record_path) != text.encode("utf-8"):
         result.record.write(record_path)
         changed.append(record_path)
     return changed
@@ -277,10 +347,28 @@ def _write_modinit(kernel: KernelPlan, build_dir: Path, floor: tuple[int, int]) 
 
 
 def _write_if_changed(path: Path, text: str) -> None:
-    """Atomic write that leaves an identical file (and its mtime) alone."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
+    """Atomic write that leaves an identical file (and its mtime) alone.
+
+    Whatever the build folder holds at `path` (another encoding, a folder) is replaced, or
+    is a one-line `BuildError`.
+    """
+    if _read_bytes(path) == text.encode("utf-8"):
         return
-    write_text_atomic(path, text)
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        what = "is a folder" if path.is_dir() else (exc.strerror or str(exc)).lower()
+        raise BuildError(f"{path}: cannot write it: {what}") from None
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """The content of the regular file `path`; None for anything else."""
+    try:
+        if not path.is_file():
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _failure_message(failed: str, output: str, build_dir: Path) -> str:

@@ -2,16 +2,40 @@
 
 A reader (or a crash, or Ctrl-C) sees the old file or the new one, never half of either.
 An unchanged file (same size and mtime as its source) is left alone, which keeps a no-op
-build from touching the package.
+build from touching the package. A temporary file that a killed build left behind
+(`._C.abi3.so.k3j9x_2a`) is removed by the next build (`remove_stale_temps`), and a library
+is installed only once it reads as a whole shared library (`library_problem`).
 """
 
 from __future__ import annotations
 
+import re
+import stat
 from pathlib import Path
 
+from elftools.elf.elffile import ELFFile
+
+from kernelpack.errors import BuildError
 from kernelpack_runtime._files import copy_atomic
 
-__all__ = ["install_file"]
+__all__ = [
+    "LIBRARY_TEMP",
+    "install_file",
+    "install_library",
+    "library_problem",
+    "remove_stale_temps",
+    "temp_of",
+]
+
+# The names `tempfile.mkstemp(prefix=".<name>.")` gives (kernelpack_runtime._files).
+_RANDOM = r"\.[a-z0-9_]{8}"
+#: A temporary copy of a kernel library: `._C.abi3.so.XXXXXXXX`, `._C.cpython-311-….so.X…`.
+LIBRARY_TEMP = re.compile(r"\._C(\.[^/]*)?\.so" + _RANDOM)
+
+
+def temp_of(name: str) -> re.Pattern[str]:
+    """The names of the temporary files an atomic write of `name` goes through."""
+    return re.compile(re.escape(f".{name}") + _RANDOM)
 
 
 def install_file(source: Path, destination: Path) -> bool:
@@ -20,6 +44,72 @@ def install_file(source: Path, destination: Path) -> bool:
         return False
     copy_atomic(source, destination)
     return True
+
+
+def install_library(staged: Path, destination: Path) -> bool:
+    """`install_file` for a library that must first read as a whole shared library."""
+    problem = library_problem(staged)
+    if problem is not None:
+        raise BuildError(f"{staged}: {problem}; not installed over {destination}")
+    return install_file(staged, destination)
+
+
+def library_problem(path: Path) -> str | None:
+    """Why `path` is not a complete ELF shared library (truncated, not ELF, not a regular
+    file); None when its header, program headers and sections all lie within the file."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    size = info.st_size
+    try:
+        with path.open("rb") as fh:
+            elf = ELFFile(fh)
+            header = elf.header
+            if header["e_type"] != "ET_DYN":
+                return "not a shared library"
+            tables = (
+                (header["e_phoff"], header["e_phnum"] * header["e_phentsize"]),
+                (header["e_shoff"], header["e_shnum"] * header["e_shentsize"]),
+            )
+            if any(offset + length > size for offset, length in tables) or header["e_shnum"] == 0:
+                return f"truncated ({size} bytes)"
+            for segment in elf.iter_segments():
+                if segment["p_offset"] + segment["p_filesz"] > size:
+                    return f"truncated ({size} bytes)"
+            for section in elf.iter_sections():
+                if section["sh_type"] == "SHT_NOBITS":
+                    continue
+                if section["sh_offset"] + section["sh_size"] > size:
+                    return f"truncated ({size} bytes)"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    except Exception:  # pyelftools on arbitrary bytes: any parse error means not whole
+        return f"not an ELF shared library ({size} bytes)"
+    return None
+
+
+def remove_stale_temps(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """Remove the files of `folder` (not below it) whose whole name matches `pattern`: the
+    temporary files of atomic writes that a killed build left. Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not pattern.fullmatch(entry.name) or entry.is_dir():
+            continue
+        try:
+            entry.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(entry)
+    return removed
 
 
 def _same(source: Path, destination: Path) -> bool:

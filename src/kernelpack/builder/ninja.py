@@ -1,23 +1,34 @@
 """Run ninja on the build folder: a live progress line, compiler output, per-step times.
 
 ninja comes from the `ninja` PyPI package (a dependency of kernelpack), else from PATH.
-Per-step wall times come from `.ninja_log`, for the steps this run executed.
+Per-step wall times come from `.ninja_log`, for the steps this run executed. ninja runs in
+a process group of its own, tied to our life (`kernelpack.builder.processes`); a reader
+thread drains its output, so a chatty compiler never blocks it, and the main thread stays
+free to handle a signal.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
-from kernelpack.errors import BuildError
+from kernelpack.builder import processes
+from kernelpack.errors import BuildError, Interrupted
 
-__all__ = ["NinjaResult", "Step", "environment", "ninja_binary", "run"]
+__all__ = ["STOP_GRACE", "NinjaResult", "Step", "environment", "ninja_binary", "run"]
+
+#: Seconds ninja gets to stop its compiles after a stop signal before all are killed.
+STOP_GRACE = 1.0
 
 _STATUS_PREFIX = "\x1ekp\x1e"
 # ninja prints one status line per started/finished edge: "<prefix>[3/7] nvcc obj/x.o".
@@ -78,72 +89,144 @@ def run(
     targets: tuple[str, ...] = (),
     stream: TextIO | None = None,
     on_failure: Callable[[str, str], str] | None = None,
+    on_start: Callable[[processes.ChildRun], None] | None = None,
 ) -> NinjaResult:
     """Run ninja in `build_dir`; raise `BuildError` when a step fails.
 
-    `on_failure(failed_output, compiler_output)` turns the failure into the error message.
-    Compiler output goes to `stream` (default stderr) as it arrives; on a terminal, progress
-    is one line rewritten in place.
+    `on_failure(failed_output, compiler_output)` turns the failure into the error message;
+    `on_start(run)` learns ninja's process and run token (the build lock records them).
+    Compiler output goes to `stream` (default stderr) as it arrives; on a terminal,
+    progress is one line rewritten in place.
+
+    SIGINT, SIGTERM or SIGHUP while ninja runs stop ninja and every compile below it within
+    `STOP_GRACE` seconds (ninja removes the outputs of the steps it interrupted), then
+    propagate as `KeyboardInterrupt` (`Interrupted` for SIGTERM and SIGHUP).
     """
-    stream = stream if stream is not None else sys.stderr
-    live = stream.isatty()
-    log_path = build_dir / ".ninja_log"
+    display = _Display(stream if stream is not None else sys.stderr)
     cmd = [ninja_binary(), "-C", str(build_dir), f"-j{max(1, jobs)}", *targets]
     run_env = dict(env)
     run_env["NINJA_STATUS"] = _STATUS_PREFIX + "[%f/%t] "
-    started: list[tuple[str, str]] = []
-    captured: list[str] = []
-    failed: str | None = None
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=run_env,
-        errors="replace",
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            match = _STATUS_RE.match(line)
-            if match:
-                done, total, tool, output = match.groups()
-                started.append((tool, output))
-                text = f"[{done}/{total}] {tool} {output}"
-                if live:
-                    stream.write("\r\033[K" + text)
-                else:
-                    stream.write(text + "\n")
-                stream.flush()
-                continue
-            if line.startswith("ninja: no work to do") or line.startswith("ninja: Entering"):
-                continue
-            failure = _FAILED_RE.match(line)
-            if failure:
-                failed = failure.group(1).strip()
-            if live:
-                stream.write("\r\033[K")
-            captured.append(line)
-            stream.write(line + "\n")
-            stream.flush()
-        code = proc.wait()
-    except KeyboardInterrupt:
-        # ninja got the same SIGINT; it stops its jobs and removes their partial outputs.
-        proc.wait()
-        raise
-    finally:
-        if live and started:
-            stream.write("\r\033[K")
-            stream.flush()
-    output = "\n".join(captured)
+    token = run_env[processes.TOKEN_VARIABLE] = processes.new_token()
+    proc: subprocess.Popen[bytes] | None = None
+    reader: threading.Thread | None = None
+    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+    with processes.raise_on_signals():
+        try:
+            # A signal waits until ninja and its reader run, so ninja is always stopped.
+            with processes.signals_held():
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=run_env,
+                    preexec_fn=processes.group_leader(os.getpid()),
+                )
+                stamp = processes.ProcessStamp.of(proc.pid) or processes.ProcessStamp(proc.pid, 0)
+                run = processes.ChildRun(stamp, token, os.getsid(0))
+                assert proc.stdout is not None
+                reader = threading.Thread(
+                    target=_read_lines, args=(proc.stdout, lines), name="ninja-output", daemon=True
+                )
+                reader.start()
+            if on_start is not None:
+                on_start(run)
+            while (line := _next(lines)) is not None:
+                display.line(line)
+            code = proc.wait()
+        except BaseException as exc:
+            if proc is not None:
+                with processes.signals_held():
+                    processes.stop_child(proc, run, _stop_signal(exc), STOP_GRACE)
+            raise
+        finally:
+            if reader is not None and proc is not None and proc.stdout is not None:
+                reader.join(timeout=STOP_GRACE)
+                if not reader.is_alive():
+                    proc.stdout.close()
+            display.close()
+    output = "\n".join(display.captured)
     if code != 0:
-        what = failed or "ninja"
+        what = display.failed or "ninja"
         message = on_failure(what, output) if on_failure else f"build step failed: {what}"
         raise BuildError(message)
-    times = _log_times(log_path)
-    steps = [Step(tool, out, times.get(out, 0.0)) for tool, out in started]
+    times = _log_times(build_dir / ".ninja_log")
+    steps = [Step(tool, out, times.get(out, 0.0)) for tool, out in display.started]
     return NinjaResult(steps=steps, output=output)
+
+
+def _stop_signal(exc: BaseException) -> int:
+    """The signal that stops ninja when `exc` ends the run: the one we got, else SIGTERM."""
+    if isinstance(exc, Interrupted):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    return signal.SIGTERM
+
+
+class _Display:
+    """What the user sees of ninja's output: progress lines and the compilers' messages."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.started: list[tuple[str, str]] = []
+        self.captured: list[str] = []
+        self.failed: str | None = None
+
+    def line(self, line: str) -> None:
+        """Show one line of ninja's output."""
+        match = _STATUS_RE.match(line)
+        if match:
+            done, total, tool, output = match.groups()
+            self.started.append((tool, output))
+            self.progress(f"[{done}/{total}] {tool} {output}")
+            return
+        if line.startswith(("ninja: no work to do", "ninja: Entering")):
+            return
+        failure = _FAILED_RE.match(line)
+        if failure:
+            self.failed = failure.group(1).strip()
+        self.captured.append(line)
+        self.message(line)
+
+    def progress(self, text: str) -> None:
+        """A step started: one line, rewritten in place on a terminal."""
+        self.stream.write("\r\033[K" + text if self.live else text + "\n")
+        self.stream.flush()
+
+    def message(self, line: str) -> None:
+        """A line a compiler (or ninja) printed."""
+        if self.live:
+            self.stream.write("\r\033[K")
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Leave the terminal's line clean."""
+        if self.live and self.started:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def _read_lines(pipe: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
+    """Drain ninja's output as it comes (ninja must never block on a full pipe)."""
+    try:
+        for raw in iter(pipe.readline, b""):
+            lines.put(raw.decode("utf-8", "replace").rstrip("\r\n"))
+    except (OSError, ValueError):  # the pipe was closed under us: ninja is being stopped
+        pass
+    finally:
+        lines.put(None)
+
+
+def _next(lines: queue.SimpleQueue[str | None]) -> str | None:
+    # A bounded wait, so a signal's handler runs promptly in this (main) thread.
+    while True:
+        try:
+            return lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
 
 
 def _log_times(log_path: Path) -> dict[str, float]:

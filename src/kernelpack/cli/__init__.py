@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelpack import __version__
-from kernelpack.errors import KernelpackError
+from kernelpack.errors import Interrupted, KernelpackError
 
 __all__ = ["main"]
 
@@ -48,9 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KernelpackError as exc:
         print(f"kernelpack {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"kernelpack {args.verb}: interrupted", file=sys.stderr)
-        return 130
+        return exc.exit_code if isinstance(exc, Interrupted) else 130
     return code
 
 

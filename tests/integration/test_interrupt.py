@@ -1,0 +1,431 @@
+"""Stopping a build: signals to a real `kernelpack build`, killed builds, broken build folders.
+
+Every test runs the real command on a copy of the built test package `kpdemo`. Where the
+timing matters, the compiler launcher is a fake at the edge (`KERNELPACK_LAUNCHER`): a shell
+script that prints a lot, then sleeps before it would run the real compiler, so the signal
+always lands mid-compile; one test interrupts the real nvcc. After each test nothing may
+run in the tree (a `/proc` scan of working folders and command lines), the package's files
+must be whole and no temporary file may be left.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+pytestmark = pytest.mark.integration
+
+PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
+KERNELPACK = Path(sys.executable).parent / "kernelpack"
+STOP_WITHIN = 2.0
+"""Seconds from the signal until kernelpack, ninja and every compiler are gone."""
+# The temporary names of atomic writes (`.<name>.XXXXXXXX`) and of the link step (`.tmp`).
+TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}$|\.tmp$")
+BUILD_STATE = {".lock", ".ninja_deps", ".ninja_log"}
+
+# Prints more than a pipe holds, then sleeps before it runs the compiler; with
+# KP_TEST_IGNORE set it ignores SIGINT, SIGTERM and SIGHUP (so does its sleep).
+LAUNCHER = """#!/bin/sh
+echo $$ >> "$KP_TEST_STARTED"
+if [ -n "$KP_TEST_IGNORE" ]; then trap '' INT TERM HUP; fi
+head -c 200000 /dev/zero | tr '\\0' 'w'
+echo
+sleep "${KP_TEST_SLEEP:-60}"
+exec "$@"
+"""
+
+
+def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
+    env["CCACHE_DIR"] = str(ccache_dir)
+    env.update(extra)
+    return env
+
+
+def _running_in(folder: Path) -> list[str]:
+    """Live processes (not zombies, not us) whose working folder or command line is in
+    `folder`."""
+    found = []
+    needle = str(folder)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if stat[stat.rindex(")") + 2] == "Z":
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                cwd = ""
+        except (OSError, ValueError):
+            continue
+        if cwd == needle or cwd.startswith(needle + "/") or needle in cmdline:
+            found.append(f"{entry.name}: {cmdline.strip()} (in {cwd})")
+    return found
+
+
+def _wait(predicate: Callable[[], object], timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
+def _temp_files(root: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if TEMP_NAME.search(p.name) and p.name not in BUILD_STATE
+    )
+
+
+def _elf_whole(path: Path) -> bool:
+    """Whether every section and segment of the ELF file `path` lies within it."""
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as fh:
+            elf = ELFFile(fh)
+            sections = all(
+                s["sh_type"] == "SHT_NOBITS" or s["sh_offset"] + s["sh_size"] <= size
+                for s in elf.iter_sections()
+            )
+            segments = all(p["p_offset"] + p["p_filesz"] <= size for p in elf.iter_segments())
+            return sections and segments and elf.num_sections() > 0
+    except Exception:
+        return False
+
+
+def _libraries(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "kpdemo").rglob("_C*.so"))
+    }
+
+
+def _start(tree: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """`kernelpack build TREE --inplace` in a session of its own, as a terminal runs it;
+    its stderr goes to `_stderr(tree)`."""
+    with _stderr(tree).open("wb") as err:
+        return subprocess.Popen(
+            [str(KERNELPACK), "build", str(tree), *(args or ("--inplace",))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+
+
+def _stderr(tree: Path) -> Path:
+    return tree.parent / "kernelpack-stderr.txt"
+
+
+def _build(tree: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KERNELPACK), "build", str(tree), *(args or ("--inplace",))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The same cache as the other build tests of the session: copies of kpdemo hit it.
+    return tmp_path_factory.getbasetemp() / "kp-ccache"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
+    """kpdemo copied out of the source tree and built in place once."""
+    root = tmp_path_factory.mktemp("interrupt") / "kpdemo"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    done = _build(root, _env(ccache_dir))
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture
+def tree(built: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "kpdemo"
+    shutil.copytree(built, root, symlinks=True)
+    return root
+
+
+@pytest.fixture
+def slow(tmp_path: Path, ccache_dir: Path) -> Callable[..., dict[str, str]]:
+    """The environment of a build whose compiles hang in the fake launcher."""
+    launcher = tmp_path / "slow-launcher"
+    launcher.write_text(LAUNCHER)
+    launcher.chmod(0o755)
+
+    def env(**extra: str) -> dict[str, str]:
+        return _env(
+            ccache_dir,
+            KERNELPACK_LAUNCHER=str(launcher),
+            KP_TEST_STARTED=str(tmp_path / "started"),
+            **extra,
+        )
+
+    return env
+
+
+def _compiling(tmp_path: Path, proc: subprocess.Popen[bytes]) -> None:
+    started = tmp_path / "started"
+    assert _wait(lambda: started.is_file() and started.read_text().strip(), 120, 0.05), (
+        "no compile started"
+    )
+    time.sleep(0.3)  # the launcher is printing and sleeping now
+
+
+def _stop(proc: subprocess.Popen[bytes], signum: int) -> float:
+    """Send `signum` to kernelpack alone; return the seconds until it exited."""
+    sent = time.monotonic()
+    os.kill(proc.pid, signum)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return time.monotonic() - sent
+
+
+# --- SIGINT / SIGTERM: everything stops within 2 s, exit 128 + signal ---------------------
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_kernelpack_alone_stops_ninja_and_compilers_within_2_s(
+    tree: Path, tmp_path: Path, slow: Callable[..., dict[str, str]], signum: int, code: int
+) -> None:
+    before = _libraries(tree)
+    proc = _start(tree, slow())
+    _compiling(tmp_path, proc)
+    seconds = _stop(proc, signum)
+    gone = _wait(lambda: not _running_in(tree), max(0.0, STOP_WITHIN - seconds))
+    assert proc.returncode == code
+    assert seconds < STOP_WITHIN
+    assert gone, _running_in(tree)
+    last = _stderr(tree).read_text(errors="replace").strip().splitlines()[-1]
+    assert last == "kernelpack build: interrupted"
+    assert _libraries(tree) == before
+    assert _temp_files(tree) == []
+
+
+def test_compiles_that_ignore_the_signal_are_killed_within_2_s(
+    tree: Path, tmp_path: Path, slow: Callable[..., dict[str, str]]
+) -> None:
+    proc = _start(tree, slow(KP_TEST_IGNORE="1"))
+    _compiling(tmp_path, proc)
+    seconds = _stop(proc, signal.SIGTERM)
+    gone = _wait(lambda: not _running_in(tree), max(0.0, STOP_WITHIN - seconds))
+    assert proc.returncode == 143
+    assert seconds < STOP_WITHIN
+    assert gone, _running_in(tree)
+
+
+def test_real_nvcc_stops_on_sigterm_and_the_next_build_finishes(
+    tree: Path, ccache_dir: Path
+) -> None:
+    before = _libraries(tree)
+    header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
+    # A value no other test compiles: nvcc really runs (no cache hit).
+    header.write_text(header.read_text().replace("256", str(random.randrange(1000, 9999))))
+    proc = _start(tree, _env(ccache_dir))
+    stages = {"cicc", "cudafe++", "ptxas", "cc1plus", "nvcc"}
+    assert _wait(lambda: any(_comm(p) in stages for p in _session(proc.pid)), 120, 0.05)
+    seconds = _stop(proc, signal.SIGTERM)
+    gone = _wait(lambda: not _running_in(tree), max(0.0, STOP_WITHIN - seconds))
+    assert proc.returncode == 143
+    assert seconds < STOP_WITHIN
+    assert gone, _running_in(tree)
+    assert _libraries(tree) == before
+    assert _temp_files(tree) == []
+    assert all(_elf_whole(p) for p in (tree / "build").rglob("*.o"))
+    done = _build(tree, _env(ccache_dir))
+    assert done.returncode == 0, done.stderr
+    assert _libraries(tree) != before
+    assert all(_elf_whole(tree / name) for name in _libraries(tree))
+
+
+def _session(session: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2 :].split()[3]) == session:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+# --- SIGKILL: nothing keeps running beside the next build ---------------------------------
+
+
+def test_sigkill_of_kernelpack_leaves_nothing_running_in_the_build_folder(
+    tree: Path, tmp_path: Path, slow: Callable[..., dict[str, str]]
+) -> None:
+    proc = _start(tree, slow())
+    _compiling(tmp_path, proc)
+    _stop(proc, signal.SIGKILL)
+    assert _wait(lambda: not _running_in(tree), STOP_WITHIN), _running_in(tree)
+
+
+def test_next_build_stops_a_ninja_that_outlived_a_killed_build(
+    tree: Path, tmp_path: Path, slow: Callable[..., dict[str, str]], ccache_dir: Path
+) -> None:
+    # Compiles that ignore SIGTERM keep the killed build's ninja waiting for them.
+    proc = _start(tree, slow(KP_TEST_IGNORE="1"))
+    _compiling(tmp_path, proc)
+    _stop(proc, signal.SIGKILL)
+    time.sleep(0.5)
+    assert _running_in(tree)
+    done = _build(tree, _env(ccache_dir))
+    assert done.returncode == 0, done.stderr
+    assert "stopped ninja (pid " in done.stderr
+    assert _running_in(tree) == []
+    assert all(_elf_whole(tree / name) for name in _libraries(tree))
+
+
+# --- what a killed build leaves in the package and the build folder -----------------------
+
+
+def test_temp_files_of_a_killed_install_are_removed_and_never_shipped(
+    tree: Path, ccache_dir: Path
+) -> None:
+    # What a SIGKILL in the middle of an in-place install leaves: its temporary copies.
+    library = next((tree / "kpdemo" / "scale").glob("_C*.so"))
+    stale = [
+        library.with_name(f".{library.name}.k3j9x_2a"),
+        tree / "kpdemo" / "._kernelpack.json.0abc_d12",
+        tree / "build" / "kernelpack" / ".build.ninja.zz9y8x7w",
+    ]
+    for path in stale:
+        path.write_bytes(library.read_bytes()[:4096])
+    keep = tree / "kpdemo" / "scale" / ".notes.txt"
+    keep.write_text("the author's own hidden file\n")
+    done = _build(tree, _env(ccache_dir), "--wheel-dir", str(tree / "dist"))
+    assert done.returncode == 0, done.stderr
+    assert [p for p in stale if p.exists()] == []
+    assert keep.exists()
+    (wheel,) = (tree / "dist").glob("*.whl")
+    names = [n.rsplit("/", 1)[-1] for n in zipfile.ZipFile(wheel).namelist()]
+    assert [n for n in names if TEMP_NAME.search(n)] == []
+
+
+def test_truncated_staged_library_is_linked_again_not_installed(
+    tree: Path, ccache_dir: Path
+) -> None:
+    (staged,) = (tree / "build" / "kernelpack" / "lib" / "scale").glob("_C*.so")
+    good = staged.read_bytes()
+    staged.write_bytes(good[: len(good) // 2])
+    done = _build(tree, _env(ccache_dir))
+    assert done.returncode == 0, done.stderr
+    installed = next((tree / "kpdemo" / "scale").glob("_C*.so"))
+    assert _elf_whole(staged)
+    assert _elf_whole(installed)
+    assert installed.stat().st_size == len(good)
+
+
+def test_lock_that_is_a_folder_is_a_one_line_error(tree: Path, ccache_dir: Path) -> None:
+    lock = tree / "build" / "kernelpack" / ".lock"
+    lock.unlink()
+    (lock / "junk").mkdir(parents=True)
+    done = _build(tree, _env(ccache_dir))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("kernelpack build: error: ")
+    assert ".lock: cannot take the build lock: is a folder" in done.stderr
+
+
+def test_build_ninja_in_another_encoding_is_rewritten(tree: Path, ccache_dir: Path) -> None:
+    ninja_file = tree / "build" / "kernelpack" / "build.ninja"
+    ninja_file.write_bytes(b"# \xff\xfe not UTF-8\nbuild x: phony\n")
+    done = _build(tree, _env(ccache_dir))
+    assert done.returncode == 0, done.stderr
+    assert ninja_file.read_text(encoding="utf-8").startswith("# Generated by kernelpack")
+
+
+# --- soak: random signals at random times, then one clean build ---------------------------
+
+
+def _package_files(root: Path) -> set[str]:
+    return {
+        str(p.relative_to(root))
+        for p in (root / "kpdemo").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.mark.soak
+def test_random_kills_and_interrupts_then_one_build_gives_exactly_the_expected_package(
+    tree: Path, ccache_dir: Path, tmp_path: Path
+) -> None:
+    rounds = int(os.environ.get("KERNELPACK_SOAK_ROUNDS", "20"))
+    seed = int(os.environ.get("KERNELPACK_SOAK_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    env = _env(ccache_dir)
+    expected = _package_files(tree)
+    header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
+    source = tree / "kpdemo" / "addone" / "csrc" / "addone.cu"
+    original = header.read_text()
+    dist = tree / "dist"
+    outcomes: list[str] = []
+    for round_ in range(rounds):
+        # An edit that needs a compile (a few values, so ccache serves most of them).
+        header.write_text(original.replace("256", str(rng.choice((64, 128, 256, 512)))))
+        if rng.random() < 0.5:
+            source.touch()
+        args = ("--inplace",) if rng.random() < 0.7 else ("--wheel-dir", str(dist))
+        signum = rng.choice((signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
+        proc = _start(tree, env, *args)
+        time.sleep(rng.uniform(0.5, 6.0))
+        seconds = _stop(proc, signum) if proc.poll() is None else 0.0
+        code = proc.returncode
+        what = f"round {round_} (seed {seed}): {signal.Signals(signum).name} {args[0]} -> {code}"
+        outcomes.append(f"{signal.Signals(signum).name}:{code}")
+        assert code in (0, 130, 143, -9), what
+        if code in (130, 143):
+            assert seconds < STOP_WITHIN, what
+        assert _wait(lambda: not _running_in(tree), STOP_WITHIN), (what, _running_in(tree))
+        left = _package_files(tree) - expected
+        # Only a SIGKILL may leave a temporary copy (the next build removes it).
+        assert not left or (code == -9 and all(TEMP_NAME.search(n) for n in left)), (what, left)
+        assert all(_elf_whole(tree / name) for name in _libraries(tree)), what
+    header.write_text(original)
+    done = _build(tree, env)
+    assert done.returncode == 0, done.stderr
+    assert _package_files(tree) == expected
+    assert _temp_files(tree / "kpdemo") == []
+    # The same sources built from scratch in a fresh copy give the same libraries.
+    fresh = tmp_path / "fresh" / "kpdemo"
+    shutil.copytree(PACKAGE, fresh, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    assert _build(fresh, env).returncode == 0
+    assert _libraries(tree) == _libraries(fresh)
+    assert (tree / "kpdemo" / "_kernelpack.json").read_text() == (
+        fresh / "kpdemo" / "_kernelpack.json"
+    ).read_text()
+    print(f"soak: {rounds} rounds, seed {seed}: {' '.join(outcomes)}")

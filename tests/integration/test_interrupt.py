@@ -402,13 +402,16 @@ def test_random_kills_and_interrupts_then_one_build_gives_exactly_the_expected_p
         args = ("--inplace",) if rng.random() < 0.7 else ("--wheel-dir", str(dist))
         signum = rng.choice((signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
         proc = _start(tree, env, *args)
-        time.sleep(rng.uniform(0.5, 6.0))
+        time.sleep(rng.uniform(0.2, 8.0))
         seconds = _stop(proc, signum) if proc.poll() is None else 0.0
         code = proc.returncode
-        what = f"round {round_} (seed {seed}): {signal.Signals(signum).name} {args[0]} -> {code}"
-        outcomes.append(f"{signal.Signals(signum).name}:{code}")
-        assert code in (0, 130, 143, -9), what
-        if code in (130, 143):
+        name = signal.Signals(signum).name
+        what = f"round {round_} (seed {seed}): {name} {args[0]} -> {code}"
+        outcomes.append(f"{name}:{code}")
+        # 0: done before the signal; 128 + signal: stopped; -signal: stopped while Python
+        # was still starting (nothing written yet; a shell reports it as 128 + signal too).
+        assert code in (0, 128 + signum, -signum), what
+        if signum != signal.SIGKILL:
             assert seconds < STOP_WITHIN, what
         assert _wait(lambda: not _running_in(tree), STOP_WITHIN), (what, _running_in(tree))
         left = _package_files(tree) - expected

@@ -41,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code (also used by the console script)."""
-    parser = _parser()
+    try:
+        parser = _parser()  # imports every verb: Ctrl-C can land here
+    except KeyboardInterrupt:
+        print("kernelpack: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args))

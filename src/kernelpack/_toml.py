@@ -10,6 +10,7 @@ import datetime
 import difflib
 import os
 import re
+import stat
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -28,11 +29,16 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "ANY_PLATFORM",
+    "MAX_BYTES",
+    "MAX_ITEMS",
     "PLATFORMS",
+    "Document",
     "Table",
     "describe",
     "display_path",
     "is_inside",
+    "quote",
+    "read_document",
     "read_toml",
 ]
 
@@ -41,6 +47,12 @@ PLATFORMS = ("x86_64", "aarch64")
 
 #: Key of an arch mapping when the arch applies to every platform.
 ANY_PLATFORM = "*"
+
+#: Largest TOML file read (a manifest is a few KiB; parsing 1 MiB takes about 0.1 s).
+MAX_BYTES = 1024 * 1024
+
+#: Most items an array may hold (paths, flags): checking each touches the disk or the shell.
+MAX_ITEMS = 10_000
 
 _POSITION_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
@@ -60,9 +72,9 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, str):
-        return f"a string ({_quote(value)})"
+        return f"a string ({quote(value)})"
     if isinstance(value, int):
-        return f"an integer ({value})"
+        return f"an integer ({value})" if abs(value) < 10**30 else "a very large integer"
     if isinstance(value, float):
         return f"a float ({value})"
     if isinstance(value, list):
@@ -74,15 +86,79 @@ def describe(value: object) -> str:
     return type(value).__name__  # pragma: no cover - TOML has no other types
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """`text` as a TOML basic string, cut to 60 characters, control characters escaped."""
     shown = text if len(text) <= 60 else text[:57] + "..."
-    return '"' + shown.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    shown = shown.replace("\\", "\\\\").replace('"', '\\"')
+    if not shown.isprintable():
+        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
+    return '"' + shown + '"'
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed TOML file and where its tables and keys start (for ordering messages)."""
+
+    shown: str
+    data: dict[str, Any]
+    text: str
+
+    def line(self, table: str | None, key: str | None = None) -> int:
+        """The line (1-based) where `[table]`'s `key` (its first part) is set, else where
+        `[table]` starts; past the end of the file when neither is found."""
+        lines = self._lines()
+        first_key = None if key is None else key.split(".", 1)[0]
+        if table is not None and first_key is not None and (table, first_key) in lines:
+            return lines[table, first_key]
+        return lines.get((table, None), len(self.text) + 1)
+
+    def _lines(self) -> dict[tuple[str | None, str | None], int]:
+        cached: dict[tuple[str | None, str | None], int] | None = self.__dict__.get("_cache")
+        if cached is not None:
+            return cached
+        found: dict[tuple[str | None, str | None], int] = {}
+        table: str | None = None
+        for number, text in enumerate(self.text.splitlines(), start=1):
+            header = _HEADER_RE.match(text)
+            if header:
+                parts = [p.strip().strip("\"'") for p in header.group(1).split(".")]
+                table = parts[0]
+                found.setdefault((table, None), number)
+                if len(parts) > 1:
+                    found.setdefault((table, parts[1]), number)
+                continue
+            key = _KEY_RE.match(text)
+            if key:
+                parts = [p.strip().strip("\"'") for p in key.group(1).split(".")]
+                if table is None:
+                    found.setdefault((parts[0], None), number)
+                    if len(parts) > 1:
+                        found.setdefault((parts[0], parts[1]), number)
+                else:
+                    found.setdefault((table, parts[0]), number)
+        object.__setattr__(self, "_cache", found)
+        return found
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse `path`; a syntax error names its line, column and (when known) table and key."""
+    return read_document(path).data
+
+
+def read_document(path: Path) -> Document:
+    """Parse `path`, keeping its text; any problem is one `ManifestError` line."""
     shown = display_path(path)
     try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError(shown, "is not a regular file", expected="expected a TOML file")
+        if info.st_size > MAX_BYTES:
+            size = info.st_size / 1024 / 1024
+            raise ManifestError(
+                shown,
+                f"is {size:.1f} MiB",
+                expected=f"expected a TOML file of at most {MAX_BYTES // 1024 // 1024} MiB",
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(shown, "file does not exist") from None
@@ -96,7 +172,16 @@ def read_toml(path: Path) -> dict[str, Any]:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(shown, text, str(exc)) from None
-    return data
+    except RecursionError:
+        raise ManifestError(
+            shown, "invalid TOML: arrays or tables nest too deeply", expected="expected valid TOML"
+        ) from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        problem = str(exc).split(":", 1)[0].split(";", 1)[0].strip().lower()
+        raise ManifestError(
+            shown, f"invalid TOML: {problem}", expected="expected valid TOML"
+        ) from None
+    return Document(shown=shown, data=data, text=text)
 
 
 def _syntax_error(shown: str, text: str, message: str) -> ManifestError:
@@ -152,6 +237,12 @@ class Table:
 
     def check_keys(self, known: Collection[str]) -> None:
         """Reject keys not in `known`, suggesting the closest known one."""
+        for error in self.unknown_keys(known):
+            raise error
+
+    def unknown_keys(self, known: Collection[str]) -> list[ManifestError]:
+        """One error per key not in `known`, each suggesting the closest known one."""
+        errors = []
         for key in self.data:
             if key in known:
                 continue
@@ -161,7 +252,8 @@ class Table:
             expected = f'did you mean "{close[0]}"?' if close else None
             if expected is None:
                 expected = "known keys: " + ", ".join(sorted(known))
-            raise self.error(key, "unknown key", expected)
+            errors.append(self.error(key, "unknown key", expected))
+        return errors
 
     def string(self, key: str, *, expected: str = "a string") -> str | None:
         value = self.data.get(key)
@@ -169,7 +261,20 @@ class Table:
             return None
         if not isinstance(value, str):
             raise self.error(key, f"got {describe(value)}", f"expected {expected}")
+        self.check_text(key, value, expected)
         return value
+
+    def check_text(self, key: str, value: str, expected: str) -> None:
+        """Reject a string holding a control character: every value kernelpack reads is one
+        line (build.ninja and the compilers' shells take one command per line)."""
+        if value.isprintable():
+            return
+        bad = next(c for c in value if not c.isprintable())
+        raise self.error(
+            key,
+            f"{quote(value)} holds a control character ({ascii(bad)[1:-1]})",
+            f"expected {expected} on one line, with no control characters",
+        )
 
     def boolean(self, key: str) -> bool | None:
         value = self.data.get(key)
@@ -186,11 +291,16 @@ class Table:
             return ()
         if not isinstance(value, list):
             raise self.error(key, f"got {describe(value)}", f"expected an array of {expected}")
+        if len(value) > MAX_ITEMS:
+            raise self.error(
+                key, f"holds {len(value)} items", f"expected at most {MAX_ITEMS} {expected}"
+            )
         for item in value:
             if not isinstance(item, str):
                 raise self.error(key, f"holds {describe(item)}", f"expected an array of {expected}")
             if not item.strip():
                 raise self.error(key, "holds an empty string", f"expected an array of {expected}")
+            self.check_text(key, item, expected)
         if not value and not allow_empty:
             raise self.error(key, "is empty", f"expected a non-empty array of {expected}")
         return tuple(value)
@@ -198,7 +308,7 @@ class Table:
     def choice(self, key: str, choices: Collection[str]) -> str | None:
         value = self.string(key, expected=_one_of(choices))
         if value is not None and value not in choices:
-            raise self.error(key, f"{_quote(value)} is not allowed", f"expected {_one_of(choices)}")
+            raise self.error(key, f"{quote(value)} is not allowed", f"expected {_one_of(choices)}")
         return value
 
     def version(self, key: str, *, example: str) -> Version | None:
@@ -210,11 +320,11 @@ class Table:
         if not isinstance(value, str):
             raise self.error(key, f"got {describe(value)}", expected)
         if not re.fullmatch(r"\d+(\.\d+){1,2}", value.strip()):
-            raise self.error(key, f"{_quote(value)} is not a version", expected)
+            raise self.error(key, f"{quote(value)} is not a version", expected)
         try:
             return Version(value)
         except InvalidVersion:  # pragma: no cover - the pattern above admits only versions
-            raise self.error(key, f"{_quote(value)} is not a version", expected) from None
+            raise self.error(key, f"{quote(value)} is not a version", expected) from None
 
     def platforms(self, key: str) -> tuple[str, ...] | None:
         value = self.data.get(key)
@@ -224,7 +334,7 @@ class Table:
         names = self.strings(key, expected=expected, allow_empty=False)
         for name in names:
             if name not in PLATFORMS:
-                raise self.error(key, f"unknown platform {_quote(name)}", _did_you_mean(name))
+                raise self.error(key, f"unknown platform {quote(name)}", _did_you_mean(name))
         return tuple(dict.fromkeys(names))
 
     def arch(self, key: str) -> Mapping[str, tuple[Arch, ...]] | None:

@@ -14,18 +14,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kernelpack._toml import display_path
 from kernelpack.errors import ManifestError, UsageError
-
-if TYPE_CHECKING:
-    from kernelpack.settings import Settings
+from kernelpack.settings import BUILTIN_DEPS, Settings
 
 __all__ = ["BUILTIN_DEPS", "env_var", "include_dirs", "known_deps", "resolve"]
-
-#: Built-in dependency name -> the Python package (wheel) that ships its headers.
-BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
 
 # Inside the cutlass_library package (and a CUTLASS checkout): the header folders to add.
 _CUTLASS_INCLUDES = (("include",), ("tools", "util", "include"))
@@ -33,10 +27,7 @@ _CUTLASS_INCLUDES = (("include",), ("tools", "util", "include"))
 
 def known_deps(settings: Settings | None) -> frozenset[str]:
     """Every name `depends` may hold for a project with these settings."""
-    names = set(BUILTIN_DEPS)
-    if settings is not None:
-        names.update(settings.deps)
-    return frozenset(names)
+    return (settings or Settings()).dep_names
 
 
 def env_var(name: str) -> str:

@@ -7,6 +7,7 @@ line, with no traceback: 2 for bad input, 1 for a failure of the thing checked o
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 
 from kernelpack_runtime.errors import (
     KernelpackError,
@@ -21,6 +22,7 @@ __all__ = [
     "KernelUnavailableError",
     "KernelpackError",
     "ManifestError",
+    "ManifestErrors",
     "MissingNativeError",
     "PlanError",
     "UsageError",
@@ -30,7 +32,8 @@ __all__ = [
 class ManifestError(UsageError):
     """A `kernels.toml` (or `[tool.kernelpack]`) that is not valid.
 
-    The message is `<path>: [<kernel>].<key>: <what is wrong>; <what is expected>`.
+    The message is `<path>: [<kernel>].<key>: <what is wrong>; <what is expected>`, always
+    one line: control characters in any part (a newline in a value) are written escaped.
     """
 
     def __init__(
@@ -42,25 +45,63 @@ class ManifestError(UsageError):
         key: str | None = None,
         expected: str | None = None,
     ) -> None:
-        self.path = str(path)
-        self.kernel = kernel
-        self.key = key
-        self.problem = problem
-        self.expected = expected
+        self.path = _one_line(str(path))
+        self.kernel = None if kernel is None else _one_line(kernel)
+        self.key = None if key is None else _one_line(key)
+        self.problem = _one_line(problem)
+        self.expected = None if expected is None else _one_line(expected)
         where = ""
-        if kernel is not None:
-            where = f"[{kernel}]"
-            if key is not None:
-                where += f".{key}"
-        elif key is not None:
-            where = key
+        if self.kernel is not None:
+            where = f"[{self.kernel}]"
+            if self.key is not None:
+                where += f".{self.key}"
+        elif self.key is not None:
+            where = self.key
         message = f"{self.path}: "
         if where:
             message += f"{where}: "
-        message += problem
-        if expected:
-            message += f"; {expected}"
+        message += self.problem
+        if self.expected:
+            message += f"; {self.expected}"
         super().__init__(message)
+
+    def lines(self, limit: int = 20) -> list[str]:
+        """Every problem, one line each (at most `limit`, then "… and N more")."""
+        del limit
+        return [str(self)]
+
+
+class ManifestErrors(ManifestError):
+    """Several problems in one manifest, in the order they appear in the file.
+
+    Reads as the first problem (with a count of the others), so code and verbs that report
+    one line keep working; `lines()` gives them all, as `kernelpack check` prints them.
+    """
+
+    def __init__(self, errors: Sequence[ManifestError]) -> None:
+        if not errors:
+            raise ValueError("ManifestErrors needs at least one error")
+        first = errors[0]
+        super().__init__(
+            first.path, first.problem, kernel=first.kernel, key=first.key, expected=first.expected
+        )
+        self.errors = tuple(errors)
+        if len(errors) > 1:
+            more = len(errors) - 1
+            self.args = (f"{self.args[0]} (and {more} more; kernelpack check lists them)",)
+
+    def lines(self, limit: int = 20) -> list[str]:
+        shown = [line for error in self.errors[:limit] for line in error.lines(1)]
+        if len(self.errors) > limit:
+            shown.append(f"… and {len(self.errors) - limit} more")
+        return shown
+
+
+def _one_line(text: str) -> str:
+    """`text` with every control or line-breaking character escaped (`\\n`, `\\x00`)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 class PlanError(KernelpackError):

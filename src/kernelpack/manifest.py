@@ -1,8 +1,14 @@
 """`kernels.toml`: the one manifest of a kernel package, parsed into frozen, typed values.
 
-`load()` reads one file (and the project's `pyproject.toml` `[tool.kernelpack]` table, see
-`kernelpack.settings`) and either returns a `Manifest` or raises `ManifestError` with a
-one-line message naming the file, the kernel and the key.
+Each key of a kernel table is declared once, as a `Key` in the metadata of its `KernelSpec`
+field. The key list (`KERNEL_KEYS`), `KernelSpec.to_json()` (`kernelpack check --json`), the
+key table of docs/manifest.md and `schema/kernels.schema.json` are made from those
+declarations (`python -m kernelpack._schema --write`), and a test fails when one drifts.
+
+`load()` reads one file (and the project's `[tool.kernelpack]` table, see
+`kernelpack.settings`) and either returns a `Manifest` or raises `ManifestErrors`: every
+problem found, one line each, naming the file, the kernel and the key, in file order.
+No value that nvcc would hand to its own shell gets through (see `kernelpack._shell`).
 """
 
 from __future__ import annotations
@@ -11,65 +17,286 @@ import difflib
 import keyword
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from packaging.version import Version
 
+from kernelpack._shell import pattern, unsafe
 from kernelpack._toml import (
     ANY_PLATFORM,
+    MAX_ITEMS,
     PLATFORMS,
     Table,
     describe,
     display_path,
     is_inside,
-    read_toml,
+    quote,
+    read_document,
 )
-from kernelpack.deps import known_deps
-from kernelpack.errors import ManifestError
+from kernelpack.errors import ManifestError, ManifestErrors
 from kernelpack.settings import Settings
-from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
 
-__all__ = ["ALL_PLATFORMS", "ANY_PLATFORM", "KERNEL_KEYS", "Abi", "KernelSpec", "Manifest", "load"]
+__all__ = [
+    "ALL_PLATFORMS",
+    "ANY_PLATFORM",
+    "KERNEL_KEYS",
+    "KEYS",
+    "MAX_KERNELS",
+    "Abi",
+    "KernelSpec",
+    "Key",
+    "Manifest",
+    "load",
+]
 
 Abi = Literal["torch", "stable"]
 
 #: Platform names (`platform.machine()`) a manifest may name.
 ALL_PLATFORMS = PLATFORMS
 
+#: Most kernels one manifest may declare (each costs file-system checks).
+MAX_KERNELS = 1000
+
 _STABLE_TARGET_DEFAULT = Version("2.10")
+_CXX_STDS = (17, 20, 23)
+_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_C_IDENTIFIER_RE = re.compile(_IDENTIFIER.strip("^$"))
+_LIBRARY = r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]*$"
+_LIBRARY_RE = re.compile(_LIBRARY.strip("^$"))
+_VERSION = r"^\d+(\.\d+){1,2}$"
+_VERSION_RE = re.compile(r"\d+(\.\d+){1,2}")
+# The largest integer a `defines` value may be: C's long long.
+_MAX_DEFINE_INT = 2**63
+
+
+@dataclass(frozen=True)
+class Key:
+    """The declaration of one kernel-table key: docs, schema and JSON are made from it."""
+
+    name: str
+    """The TOML key, e.g. `nvcc-flags`."""
+    type: str
+    """The value's type, as the docs table writes it (Markdown)."""
+    default: str
+    """The default, as the docs table writes it (Markdown)."""
+    doc: str
+    """What it means, one line (Markdown)."""
+    schema: Mapping[str, Any]
+    """The value's JSON Schema (draft 7)."""
+    required: bool = False
+    """Required in every kernel table (the schema's `required`)."""
+
+
+def _key(
+    name: str, type: str, default: str, doc: str, schema: Mapping[str, Any], **kw: bool
+) -> dict[str, Key]:
+    return {"key": Key(name, type, default, doc, schema, **kw)}
+
+
+def _strings(kind: Literal["define", "flag", "path", "glob"] | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "string", "minLength": 1}
+    if kind is not None:
+        item["pattern"] = pattern(kind)
+    return {"type": "array", "items": item, "maxItems": MAX_ITEMS}
+
+
+_ARCH = {"type": "string", "enum": [str(a) for a in sorted(KNOWN_ARCHS)]}
+_ARCHS = {"anyOf": [_ARCH, {"type": "array", "items": _ARCH, "minItems": 1}]}
+_VERSION_SCHEMA = {"type": "string", "pattern": _VERSION}
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One `[<name>]` table of `kernels.toml`, with paths resolved against its folder."""
+    """One `[<name>]` table of `kernels.toml`, with paths resolved against its folder.
+
+    A field whose metadata holds a `Key` is a manifest key (`KEYS`); the others are facts
+    kernelpack adds (the name, the folder, whether sources are missing).
+    """
 
     name: str
     folder: Path
     """Absolute path of the kernel folder, `<package_dir>/<name>`."""
-    ops: str
+    ops: str = field(
+        metadata=_key(
+            "ops",
+            "identifier",
+            "`<package>_<kernel>`",
+            "the `torch.ops` namespace; passed to the compiler as `KERNELPACK_NS`",
+            {"type": "string", "pattern": _IDENTIFIER},
+        )
+    )
     """torch.ops namespace; default `<package>_<name>`."""
-    sources: tuple[Path, ...]
+    sources: tuple[Path, ...] = field(
+        metadata=_key(
+            "sources",
+            "list of paths/globs",
+            "required",
+            "`.cu`, `.cpp`, `.cc` files; a glob matching nothing is an error",
+            {**_strings("glob"), "minItems": 1},
+            required=True,
+        )
+    )
     """Absolute, globs expanded, sorted, de-duplicated. Empty when `missing_sources` is set."""
-    arch: Mapping[str, tuple[Arch, ...]]
+    arch: Mapping[str, tuple[Arch, ...]] = field(
+        metadata=_key(
+            "arch",
+            "string, list or per-platform table",
+            "`[tool.kernelpack] arch`",
+            "exact archs: `9.0a` runs only on sm_90a, `X.Yf` is a family, plain `8.0` also "
+            "runs on later minors of 8",
+            {
+                "anyOf": [
+                    *_ARCHS["anyOf"],
+                    {
+                        "type": "object",
+                        "properties": {platform: _ARCHS for platform in PLATFORMS},
+                        "additionalProperties": False,
+                        "minProperties": 1,
+                    },
+                ]
+            },
+        )
+    )
     """Platform (`x86_64`, `aarch64`) or `ANY_PLATFORM` -> archs. Use `archs_for()`."""
-    abi: Abi = "torch"
-    description: str = ""
-    include_dirs: tuple[Path, ...] = ()
-    cxx_std: int | None = None
+    abi: Abi = field(
+        default="torch",
+        metadata=_key(
+            "abi",
+            '`"torch"` or `"stable"`',
+            '`"torch"` (or `[tool.kernelpack] abi`)',
+            "classic `at::Tensor` (wheel tied to one torch) or the LibTorch stable ABI (one "
+            "wheel for torch >= `stable-target`)",
+            {"enum": ["torch", "stable"]},
+        ),
+    )
+    description: str = field(
+        default="",
+        metadata=_key("description", "string", '`""`', "one line for humans", {"type": "string"}),
+    )
+    include_dirs: tuple[Path, ...] = field(
+        default=(),
+        metadata=_key(
+            "include-dirs", "list of folders", "`[]`", "added with `-I`", _strings("path")
+        ),
+    )
+    cxx_std: int | None = field(
+        default=None,
+        metadata=_key(
+            "cxx-std",
+            "17, 20 or 23",
+            "17 (stable), 20 (classic with torch >= 2.14)",
+            "C++ standard; classic ATen headers of torch 2.14 need 20",
+            {"enum": list(_CXX_STDS)},
+        ),
+    )
     """None: the default for the abi and torch (17 stable, 20 for torch >= 2.14 classic)."""
-    stable_target: Version = _STABLE_TARGET_DEFAULT
-    ptx: bool = False
-    min_cuda: Version | None = None
-    platforms: tuple[str, ...] | None = None
+    stable_target: Version = field(
+        default=_STABLE_TARGET_DEFAULT,
+        metadata=_key(
+            "stable-target",
+            "version >= 2.10",
+            '`"2.10"`',
+            '`TORCH_TARGET_VERSION` for `abi = "stable"`',
+            _VERSION_SCHEMA,
+        ),
+    )
+    ptx: bool = field(
+        default=False,
+        metadata=_key(
+            "ptx",
+            "bool",
+            "`false`",
+            "embed PTX of the highest arch (JIT-compiled by the driver on newer GPUs)",
+            {"type": "boolean"},
+        ),
+    )
+    min_cuda: Version | None = field(
+        default=None,
+        metadata=_key(
+            "min-cuda",
+            "version",
+            "none",
+            "minimum nvcc release; older: skipped as `cuda-too-old`",
+            _VERSION_SCHEMA,
+        ),
+    )
+    platforms: tuple[str, ...] | None = field(
+        default=None,
+        metadata=_key(
+            "platforms",
+            "list of " + ", ".join(f"`{p}`" for p in PLATFORMS),
+            "every platform",
+            "where the kernel is built; elsewhere: skipped as `platform-excluded`",
+            {"type": "array", "items": {"enum": list(PLATFORMS)}, "minItems": 1},
+        ),
+    )
     """None: every platform."""
-    depends: tuple[str, ...] = ()
-    nvcc_flags: tuple[str, ...] = ()
-    cxx_flags: tuple[str, ...] = ()
-    defines: Mapping[str, str] = field(default_factory=dict)
-    libraries: tuple[str, ...] = ()
+    depends: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "depends",
+            "list of names",
+            "`[]`",
+            "`cutlass` (from the `nvidia-cutlass` wheel or `KERNELPACK_CUTLASS_DIR`) or a name "
+            "from `[tool.kernelpack.deps]`",
+            _strings(),
+        ),
+    )
+    nvcc_flags: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "nvcc-flags",
+            "list of strings",
+            "`[]`",
+            "extra flags for nvcc (no shell characters: nvcc hands `-Xcompiler` values to "
+            "`sh -c` unquoted)",
+            _strings("flag"),
+        ),
+    )
+    cxx_flags: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "cxx-flags",
+            "list of strings",
+            "`[]`",
+            "extra flags for the host C++ compiler (no shell characters)",
+            _strings("flag"),
+        ),
+    )
+    defines: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=_key(
+            "defines",
+            "table of string/int/bool",
+            "`{}`",
+            "`-DNAME=VALUE`; a value holds no `$`, backquote, quote, backslash or comma",
+            {
+                "type": "object",
+                "propertyNames": {"pattern": _IDENTIFIER},
+                "additionalProperties": {
+                    "anyOf": [
+                        {"type": "string", "pattern": pattern("define")},
+                        {"type": "integer"},
+                        {"type": "boolean"},
+                    ]
+                },
+            },
+        ),
+    )
+    libraries: tuple[str, ...] = field(
+        default=(),
+        metadata=_key(
+            "libraries",
+            "list of names",
+            "`[]`",
+            "linked with `-l`",
+            {"type": "array", "items": {"type": "string", "pattern": _LIBRARY}},
+        ),
+    )
     missing_sources: str | None = None
     """Set (to a one-line message) only when loaded with `allow_missing_sources=True` and a
     source is absent, e.g. an uninitialised git submodule; the plan skips `sources-missing`."""
@@ -79,6 +306,38 @@ class KernelSpec:
         if ANY_PLATFORM in self.arch:
             return self.arch[ANY_PLATFORM]
         return self.arch.get(machine)
+
+    def to_json(self) -> dict[str, Any]:
+        """The kernel's keys as JSON values, by field name (`kernelpack check --json`).
+
+        Paths are relative to the kernel's folder; versions and archs are strings;
+        `stable_target` is null unless `abi = "stable"`.
+        """
+        values = {f.name: _json(getattr(self, f.name), self.folder) for f in _KEYED_FIELDS}
+        if self.abi != "stable":
+            values["stable_target"] = None
+        return values
+
+
+def _json(value: object, folder: Path) -> Any:
+    if isinstance(value, Path):
+        return os.path.relpath(value, folder)
+    if isinstance(value, (Version, Arch)):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json(v, folder) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_json(v, folder) for v in value]
+    return value
+
+
+_KEYED_FIELDS = tuple(f for f in fields(KernelSpec) if "key" in f.metadata)
+
+#: Every kernel-table key, declared on `KernelSpec`'s fields, in field order.
+KEYS: tuple[Key, ...] = tuple(f.metadata["key"] for f in _KEYED_FIELDS)
+
+#: Keys a kernel table may hold.
+KERNEL_KEYS: tuple[str, ...] = tuple(key.name for key in KEYS)
 
 
 @dataclass(frozen=True)
@@ -103,34 +362,10 @@ class Manifest:
         return tuple(spec.name for spec in self.kernels)
 
 
-#: Keys a kernel table may hold.
-KERNEL_KEYS = (
-    "description",
-    "ops",
-    "sources",
-    "include-dirs",
-    "arch",
-    "cxx-std",
-    "cxx-flags",
-    "nvcc-flags",
-    "abi",
-    "stable-target",
-    "ptx",
-    "min-cuda",
-    "platforms",
-    "depends",
-    "defines",
-    "libraries",
-)
-
-_CXX_STDS = (17, 20, 23)
-_MIN_STABLE_TARGET = Version("2.10")
 # Kernel names that would shadow the package's runtime API (`pkg.load` is a function; a
 # subpackage `pkg/load/` would replace it on import).
 _RESERVED_NAMES = frozenset({"status", "is_available", "unavailable_reason", "load", "_C"})
 _GLOB_CHARS = frozenset("*?[")
-_C_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_LIBRARY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-]*")
 
 
 def load(
@@ -139,7 +374,7 @@ def load(
     settings: Settings | None = None,
     allow_missing_sources: bool = False,
 ) -> Manifest:
-    """Parse `path` (a `kernels.toml`); raise `ManifestError` on any problem.
+    """Parse `path` (a `kernels.toml`); raise `ManifestErrors` listing every problem.
 
     `settings` (the project's `[tool.kernelpack]`) supply default `abi` and `arch` and the
     project's extra `depends` names. With `allow_missing_sources`, a kernel whose sources are
@@ -148,7 +383,8 @@ def load(
     """
     path = Path(path).absolute()
     shown = display_path(path)
-    data = read_toml(path)
+    document = read_document(path)
+    data = document.data
     package_dir = path.parent
     package = package_dir.name
     if not package.isidentifier() or keyword.iskeyword(package):
@@ -161,6 +397,10 @@ def load(
         raise ManifestError(
             shown, "declares no kernel", expected="expected at least one [<name>] table"
         )
+    if len(data) > MAX_KERNELS:
+        raise ManifestError(
+            shown, f"declares {len(data)} kernels", expected=f"expected at most {MAX_KERNELS}"
+        )
     context = _Context(
         shown=shown,
         package=package,
@@ -169,8 +409,17 @@ def load(
         settings=settings or Settings(),
         allow_missing_sources=allow_missing_sources,
     )
-    kernels = tuple(_kernel(context, name, table) for name, table in data.items())
-    return Manifest(path=path, package=package, package_dir=package_dir, kernels=kernels)
+    errors: list[ManifestError] = []
+    kernels = [_kernel(context, name, table, errors) for name, table in data.items()]
+    if errors:
+        errors.sort(key=lambda error: document.line(error.kernel, error.key))
+        raise ManifestErrors(errors)
+    return Manifest(
+        path=path,
+        package=package,
+        package_dir=package_dir,
+        kernels=tuple(spec for spec in kernels if spec is not None),
+    )
 
 
 @dataclass(frozen=True)
@@ -184,119 +433,141 @@ class _Context:
     allow_missing_sources: bool
 
 
-def _kernel(context: _Context, name: str, value: object) -> KernelSpec:
+@dataclass
+class _Reader:
+    """One kernel table being read: what each key's parser needs."""
+
+    context: _Context
+    table: Table
+    folder: Path
+    missing: dict[str, str] = field(default_factory=dict)
+    """Key -> its first absent path (`sources`, `include-dirs`)."""
+    errors: list[ManifestError] = field(default_factory=list)
+    """Problems beyond the one a parser raises (e.g. one per bad `defines` entry)."""
+
+
+def _kernel(
+    context: _Context, name: str, value: object, errors: list[ManifestError]
+) -> KernelSpec | None:
     if not isinstance(value, dict):
-        raise ManifestError(
-            context.shown,
-            f"got {describe(value)}",
-            kernel=name,
-            expected=f"expected a [{name}] table (a kernel) with sources and arch",
+        errors.append(
+            ManifestError(
+                context.shown,
+                f"got {describe(value)}",
+                kernel=name,
+                expected=f"expected a [{name}] table (a kernel) with sources and arch",
+            )
         )
-    _check_name(context.shown, name)
+        return None
+    bad_name = _name_error(context.shown, name)
+    if bad_name is not None:
+        errors.append(bad_name)
+        return None
     table = Table(context.shown, name, value)
-    table.check_keys(KERNEL_KEYS)
-    folder = context.package_dir / name
-    arch = table.arch("arch") or context.settings.arch
-    if arch is None:
-        raise table.error(
-            "arch", "is missing", 'expected e.g. arch = "9.0a" (or a default in [tool.kernelpack])'
-        )
-    abi = table.choice("abi", ("torch", "stable")) or context.settings.abi or "torch"
-    missing: list[tuple[str, str]] = []
-    sources = _sources(context, table, folder, missing)
-    include_dirs = _include_dirs(context, table, folder, missing)
+    reader = _Reader(context, table, context.package_dir / name)
+    found = table.unknown_keys(KERNEL_KEYS)
+    values: dict[str, Any] = {}
+    for spec_field in _KEYED_FIELDS:
+        try:
+            values[spec_field.name] = _PARSERS[spec_field.name](reader)
+        except ManifestError as exc:
+            found.append(exc)
+    found += reader.errors
     missing_sources = None
-    if missing:
-        if not context.allow_missing_sources:
-            raise _missing_error(table, missing[0])
-        sources = ()
-        key, problem = missing[0]
-        missing_sources = f"{display_path(folder)}: {key} {problem}"
-
-    return KernelSpec(
-        name=name,
-        folder=folder,
-        ops=_ops(table, context.package),
-        sources=sources,
-        arch=arch,
-        abi=cast(Abi, abi),
-        description=table.string("description") or "",
-        include_dirs=include_dirs,
-        cxx_std=_cxx_std(table),
-        stable_target=_stable_target(table),
-        ptx=bool(table.boolean("ptx")),
-        min_cuda=table.version("min-cuda", example="12.8"),
-        platforms=table.platforms("platforms"),
-        depends=_depends(table, context.settings),
-        nvcc_flags=table.strings("nvcc-flags", expected="nvcc flags"),
-        cxx_flags=table.strings("cxx-flags", expected="C++ compiler flags"),
-        defines=_defines(table),
-        libraries=_libraries(table),
-        missing_sources=missing_sources,
-    )
+    if reader.missing and context.allow_missing_sources:
+        values["sources"] = ()
+        key, problem = next(iter(reader.missing.items()))
+        missing_sources = f"{display_path(reader.folder)}: {key} {problem}"
+    else:
+        found += [_missing_error(table, key, problem) for key, problem in reader.missing.items()]
+    errors += found
+    if found:
+        return None
+    return KernelSpec(name=name, folder=reader.folder, missing_sources=missing_sources, **values)
 
 
-def _check_name(shown: str, name: str) -> None:
+def _name_error(shown: str, name: str) -> ManifestError | None:
     """A kernel name is its folder and module: an importable identifier."""
     if not name.isidentifier() or not name.isascii():
-        raise ManifestError(
+        return ManifestError(
             shown,
             "the kernel name is not a Python identifier",
             kernel=name,
             expected="expected a name such as rmsnorm (it names the kernel's folder and module)",
         )
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-        raise ManifestError(
+        return ManifestError(
             shown,
             "the kernel name is a Python keyword",
             kernel=name,
             expected="expected a name that is not a keyword (e.g. add a suffix)",
         )
     if name in _RESERVED_NAMES:
-        raise ManifestError(
+        return ManifestError(
             shown,
             f"the kernel name shadows the package's {name}",
             kernel=name,
             expected=f"expected a name other than {', '.join(sorted(_RESERVED_NAMES))}",
         )
+    return None
 
 
-def _ops(table: Table, package: str) -> str:
+# --- one parser per key -------------------------------------------------------------------
+
+
+def _ops(reader: _Reader) -> str:
+    table = reader.table
     ops = table.string("ops", expected="a torch.ops namespace such as llm_ops_rmsnorm")
     if ops is None:
-        return f"{package}_{table.name}"
+        return f"{reader.context.package}_{table.name}"
     if not _C_IDENTIFIER_RE.fullmatch(ops):
         raise table.error("ops", f'"{ops}" is not an identifier', "expected e.g. llm_ops_rmsnorm")
     return ops
 
 
-def _stable_target(table: Table) -> Version:
+def _arch(reader: _Reader) -> Mapping[str, tuple[Arch, ...]]:
+    arch = reader.table.arch("arch") or reader.context.settings.arch
+    if arch is None:
+        raise reader.table.error(
+            "arch", "is missing", 'expected e.g. arch = "9.0a" (or a default in [tool.kernelpack])'
+        )
+    return arch
+
+
+def _abi(reader: _Reader) -> Abi:
+    abi = reader.table.choice("abi", ("torch", "stable"))
+    return cast(Abi, abi or reader.context.settings.abi or "torch")
+
+
+def _stable_target(reader: _Reader) -> Version:
+    table = reader.table
     target = table.version("stable-target", example="2.10")
     if target is None:
         return _STABLE_TARGET_DEFAULT
-    if target < _MIN_STABLE_TARGET:
+    if target < _STABLE_TARGET_DEFAULT:
         raise table.error(
             "stable-target",
             f'"{target}" is below the oldest stable ABI target',
-            f'expected "{_MIN_STABLE_TARGET}" or later',
+            f'expected "{_STABLE_TARGET_DEFAULT}" or later',
         )
     return target
 
 
-def _cxx_std(table: Table) -> int | None:
-    value = table.data.get("cxx-std")
+def _cxx_std(reader: _Reader) -> int | None:
+    value = reader.table.data.get("cxx-std")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value not in _CXX_STDS:
         expected = f"expected one of {', '.join(map(str, _CXX_STDS))}"
-        raise table.error("cxx-std", f"got {describe(value)}", expected)
+        raise reader.table.error("cxx-std", f"got {describe(value)}", expected)
     return value
 
 
-def _depends(table: Table, settings: Settings) -> tuple[str, ...]:
+def _depends(reader: _Reader) -> tuple[str, ...]:
+    table = reader.table
     depends = table.strings("depends", expected="dependency names")
-    known = sorted(known_deps(settings))
-    for dep in depends:
+    known = sorted(reader.context.settings.dep_names)
+    for dep in dict.fromkeys(depends):
         if dep not in known:
             close = difflib.get_close_matches(dep, known, n=1)
             hint = f'did you mean "{close[0]}"? ' if close else ""
@@ -308,7 +579,8 @@ def _depends(table: Table, settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(depends))
 
 
-def _libraries(table: Table) -> tuple[str, ...]:
+def _libraries(reader: _Reader) -> tuple[str, ...]:
+    table = reader.table
     libraries = table.strings("libraries", expected="library names such as cublas")
     for library in libraries:
         if not _LIBRARY_RE.fullmatch(library):
@@ -318,59 +590,79 @@ def _libraries(table: Table) -> tuple[str, ...]:
     return tuple(dict.fromkeys(libraries))
 
 
-def _missing_error(table: Table, missing: tuple[str, str]) -> ManifestError:
-    key, problem = missing
+def _flags(key: str, expected: str) -> Callable[[_Reader], tuple[str, ...]]:
+    def parse(reader: _Reader) -> tuple[str, ...]:
+        flags = reader.table.strings(key, expected=expected)
+        for flag in flags:
+            problem = unsafe(flag, "flag")
+            if problem is not None:
+                raise reader.table.error(
+                    key,
+                    f"{quote(flag)} {problem}",
+                    "expected one flag per item, with no shell characters",
+                )
+        return flags
+
+    return parse
+
+
+def _missing_error(table: Table, key: str, problem: str) -> ManifestError:
     what = "folders" if key == "include-dirs" else "files"
     return table.error(key, problem, f"expected existing {what}, relative to the kernel's folder")
 
 
-def _sources(
-    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str]]
-) -> tuple[Path, ...]:
+def _sources(reader: _Reader) -> tuple[Path, ...]:
+    table, folder = reader.table, reader.folder
     if "sources" not in table.data:
         raise table.error("sources", "is missing", 'expected e.g. sources = ["csrc/kernel.cu"]')
     patterns = table.strings("sources", expected="file paths or globs", allow_empty=False)
     found: dict[Path, None] = {}
-    for pattern in patterns:
-        _check_relative(context, table, "sources", pattern, folder)
-        if _GLOB_CHARS.intersection(pattern):
-            matches = sorted(p for p in folder.glob(pattern) if p.is_file())
+    for entry in dict.fromkeys(patterns):
+        _check_path(reader, "sources", entry, "glob")
+        if _GLOB_CHARS.intersection(entry):
+            matches = sorted(p for p in folder.glob(entry) if p.is_file())
             if not matches:
-                missing.append(("sources", f'"{pattern}" matches no file'))
+                reader.missing.setdefault("sources", f'"{entry}" matches no file')
             for match in matches:
-                found[_checked(context, table, "sources", pattern, match)] = None
+                _check_match(reader, entry, match)
+                found[_checked(reader, "sources", entry, match)] = None
             continue
-        source = _checked(context, table, "sources", pattern, folder / pattern)
+        source = _checked(reader, "sources", entry, folder / entry)
         if not source.exists():
-            missing.append(("sources", f'"{pattern}" does not exist'))
+            reader.missing.setdefault("sources", f'"{entry}" does not exist')
         elif not source.is_file():
-            raise table.error("sources", f'"{pattern}" is not a file', "expected a source file")
+            raise table.error("sources", f'"{entry}" is not a file', "expected a source file")
         else:
             found[source] = None
     return tuple(sorted(found))
 
 
-def _include_dirs(
-    context: _Context, table: Table, folder: Path, missing: list[tuple[str, str]]
-) -> tuple[Path, ...]:
+def _include_dirs(reader: _Reader) -> tuple[Path, ...]:
     dirs: dict[Path, None] = {}
-    for entry in table.strings("include-dirs", expected="folders"):
-        _check_relative(context, table, "include-dirs", entry, folder)
-        include = _checked(context, table, "include-dirs", entry, folder / entry)
+    for entry in dict.fromkeys(reader.table.strings("include-dirs", expected="folders")):
+        _check_path(reader, "include-dirs", entry, "path")
+        include = _checked(reader, "include-dirs", entry, reader.folder / entry)
         if not include.exists():
-            missing.append(("include-dirs", f'"{entry}" does not exist'))
+            reader.missing.setdefault("include-dirs", f'"{entry}" does not exist')
         elif not include.is_dir():
-            raise table.error("include-dirs", f'"{entry}" is not a folder', "expected a folder")
+            raise reader.table.error(
+                "include-dirs", f'"{entry}" is not a folder', "expected a folder"
+            )
         dirs[include] = None
     return tuple(dirs)
 
 
-def _check_relative(context: _Context, table: Table, key: str, entry: str, folder: Path) -> None:
+def _check_path(reader: _Reader, key: str, entry: str, kind: Literal["path", "glob"]) -> None:
+    """`entry` reaches nvcc's shell and build.ninja safely and stays inside the package."""
+    table, context = reader.table, reader.context
+    problem = unsafe(entry, kind)
+    if problem is not None:
+        raise table.error(key, f"{quote(entry)} {problem}", "expected a plain relative path")
     if Path(entry).is_absolute() or entry.startswith("~"):
         raise table.error(
             key, f'"{entry}" is an absolute path', "expected a path relative to the kernel's folder"
         )
-    if not is_inside(Path(os.path.normpath(folder / entry)), context.package_dir):
+    if not is_inside(Path(os.path.normpath(reader.folder / entry)), context.package_dir):
         raise table.error(
             key,
             f'"{entry}" points outside the package',
@@ -378,19 +670,30 @@ def _check_relative(context: _Context, table: Table, key: str, entry: str, folde
         )
 
 
-def _checked(context: _Context, table: Table, key: str, entry: str, path: Path) -> Path:
+def _check_match(reader: _Reader, entry: str, match: Path) -> None:
+    """A file a glob found is a path on the command line too: its name must be safe."""
+    name = match.relative_to(reader.folder).as_posix()
+    problem = unsafe(name, "path") if name.isprintable() else "holds a control character"
+    if problem is not None:
+        raise reader.table.error(
+            "sources", f"{quote(entry)} matches {quote(name)}, which {problem}", "rename the file"
+        )
+
+
+def _checked(reader: _Reader, key: str, entry: str, path: Path) -> Path:
     """`path` normalised; raise when it (or a symlink on the way) leaves the package."""
     normal = Path(os.path.normpath(path))
-    if not is_inside(normal.resolve(), context.root):
-        raise table.error(
+    if not is_inside(normal.resolve(), reader.context.root):
+        raise reader.table.error(
             key,
             f'"{entry}" resolves outside the package (symlink to {normal.resolve()})',
-            f"expected a path inside {display_path(context.package_dir)}",
+            f"expected a path inside {display_path(reader.context.package_dir)}",
         )
     return normal
 
 
-def _defines(table: Table) -> dict[str, str]:
+def _defines(reader: _Reader) -> dict[str, str]:
+    table = reader.table
     value = table.data.get("defines")
     if value is None:
         return {}
@@ -399,13 +702,49 @@ def _defines(table: Table) -> dict[str, str]:
         raise table.error("defines", f"got {describe(value)}", expected)
     defines: dict[str, str] = {}
     for macro, item in value.items():
-        key = f"defines.{macro}"
-        if not _C_IDENTIFIER_RE.fullmatch(macro):
-            raise table.error(key, "is not a C macro name", "expected an identifier")
-        if isinstance(item, bool):
-            defines[macro] = "1" if item else "0"
-        elif isinstance(item, (str, int)):
-            defines[macro] = str(item)
-        else:
-            raise table.error(key, f"got {describe(item)}", "expected a string, integer or boolean")
+        try:
+            defines[macro] = _define(table, macro, item)
+        except ManifestError as exc:
+            reader.errors.append(exc)
     return defines
+
+
+def _define(table: Table, macro: str, item: object) -> str:
+    key = f"defines.{macro}"
+    if not _C_IDENTIFIER_RE.fullmatch(macro):
+        raise table.error(key, "is not a C macro name", "expected an identifier")
+    if isinstance(item, bool):
+        return "1" if item else "0"
+    if isinstance(item, int):
+        if not -_MAX_DEFINE_INT <= item < _MAX_DEFINE_INT:
+            raise table.error(key, f"got {describe(item)}", "expected an integer of 64 bits")
+        return str(item)
+    if isinstance(item, str):
+        table.check_text(key, item, "a macro value")
+        problem = unsafe(item, "define")
+        if problem is not None:
+            raise table.error(
+                key, f"{quote(item)} {problem}", "expected a value with no shell characters"
+            )
+        return item
+    raise table.error(key, f"got {describe(item)}", "expected a string, integer or boolean")
+
+
+_PARSERS: Mapping[str, Callable[[_Reader], object]] = {
+    "ops": _ops,
+    "sources": _sources,
+    "arch": _arch,
+    "abi": _abi,
+    "description": lambda reader: reader.table.string("description") or "",
+    "include_dirs": _include_dirs,
+    "cxx_std": _cxx_std,
+    "stable_target": _stable_target,
+    "ptx": lambda reader: bool(reader.table.boolean("ptx")),
+    "min_cuda": lambda reader: reader.table.version("min-cuda", example="12.8"),
+    "platforms": lambda reader: reader.table.platforms("platforms"),
+    "depends": _depends,
+    "nvcc_flags": _flags("nvcc-flags", "nvcc flags"),
+    "cxx_flags": _flags("cxx-flags", "C++ compiler flags"),
+    "defines": _defines,
+    "libraries": _libraries,
+}

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from kernelpack._toml import Table, display_path, read_toml
+from kernelpack._shell import unsafe
+from kernelpack._toml import Table, display_path, quote, read_toml
 from kernelpack_runtime.arch import Arch
 
-__all__ = ["SETTINGS_KEYS", "Settings"]
+__all__ = ["BUILTIN_DEPS", "SETTINGS_KEYS", "Settings"]
+
+#: Built-in `depends` names -> the Python package (wheel) that ships their headers.
+BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
 
 #: Keys `[tool.kernelpack]` may hold.
 SETTINGS_KEYS = ("manifest", "abi", "arch", "env-prefix", "deps")
@@ -50,6 +54,11 @@ class Settings:
     """Prefix of the selection variables; None: the package name upper-cased."""
     deps: Mapping[str, str] = field(default_factory=dict)
     """Dependency name -> include folder (relative to the project root) or Python package."""
+
+    @property
+    def dep_names(self) -> frozenset[str]:
+        """Every name `depends` may hold: the built-ins and `[tool.kernelpack.deps]`."""
+        return frozenset(BUILTIN_DEPS).union(self.deps)
 
     @classmethod
     def from_pyproject(
@@ -113,6 +122,9 @@ def _deps(shown: str, value: Any) -> dict[str, str]:
             raise table.error(name, "is not a dependency name", "expected letters, digits, _ or -")
         target = table.string(name, expected="an include folder or a Python package name")
         assert target is not None
+        problem = unsafe(target, "path")
+        if problem is not None:
+            raise table.error(name, f"{quote(target)} {problem}", "expected a plain path")
         if Path(target).is_absolute():
             raise table.error(
                 name, f'"{target}" is absolute', "expected a folder relative to the project root"

@@ -1,9 +1,10 @@
 """`kernelpack check [PATH] [--json]`: validate a package's `kernels.toml` (no compiler needed).
 
-Every source must be present (a kernel whose sources are missing is an error here, while
-`build` skips it) and every `depends` must be a known name. Nothing of this machine is
-asked: whether a dependency's headers are installed here is `doctor`'s and `build`'s
-question, so `check` gives the same answer on every machine.
+Every problem is reported, one line each in file order (at most 20, then "… and N more"),
+with exit code 2. Every source must be present (a kernel whose sources are missing is an
+error here, while `build` skips it) and every `depends` must be a known name. Nothing of
+this machine is asked: whether a dependency's headers are installed here is `doctor`'s and
+`build`'s question, so `check` gives the same answer on every machine.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+from kernelpack.errors import ManifestError
 from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
 from kernelpack.project import PATH_HELP, Project, locate
 
@@ -32,10 +35,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+#: Most problems listed; the rest are counted.
+MAX_ERRORS = 20
+
+
 def run(args: argparse.Namespace) -> int:
-    """Validate; print a summary (or JSON). Bad input raises `ManifestError` (exit 2)."""
+    """Validate; print a summary (or JSON), or every problem on stderr (exit 2)."""
     project = locate(args.path)
-    manifest = project.load_manifest(allow_missing_sources=False)
+    try:
+        manifest = project.load_manifest(allow_missing_sources=False)
+    except ManifestError as exc:
+        for line in exc.lines(MAX_ERRORS):
+            print(f"kernelpack check: error: {line}", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         print(json.dumps(to_json(project, manifest), indent=2))
     else:
@@ -51,28 +63,7 @@ def to_json(project: Project, manifest: Manifest) -> dict[str, Any]:
         "version": project.version,
         "manifest": str(manifest.path),
         "env_prefix": project.env_prefix,
-        "kernels": {spec.name: _kernel_json(spec) for spec in manifest.kernels},
-    }
-
-
-def _kernel_json(spec: KernelSpec) -> dict[str, Any]:
-    return {
-        "ops": spec.ops,
-        "abi": spec.abi,
-        "stable_target": str(spec.stable_target) if spec.abi == "stable" else None,
-        "arch": {platform: [str(a) for a in archs] for platform, archs in spec.arch.items()},
-        "ptx": spec.ptx,
-        "sources": [_relative(p, spec.folder) for p in spec.sources],
-        "include_dirs": [_relative(p, spec.folder) for p in spec.include_dirs],
-        "cxx_std": spec.cxx_std,
-        "min_cuda": str(spec.min_cuda) if spec.min_cuda else None,
-        "platforms": list(spec.platforms) if spec.platforms is not None else None,
-        "depends": list(spec.depends),
-        "defines": dict(spec.defines),
-        "libraries": list(spec.libraries),
-        "nvcc_flags": list(spec.nvcc_flags),
-        "cxx_flags": list(spec.cxx_flags),
-        "description": spec.description,
+        "kernels": {spec.name: spec.to_json() for spec in manifest.kernels},
     }
 
 

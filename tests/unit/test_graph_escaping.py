@@ -1,0 +1,95 @@
+"""build.ninja: every word reaches the compiler exactly as given, escaped once for ninja and
+once for the shell ninja runs it with, read back by the real ninja (`ninja -t commands`)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import ninja
+import pytest
+
+from kernelpack.builder.flags import KernelFlags
+from kernelpack.builder.graph import FILENAME, GraphKernel, Pools, render
+from kernelpack.errors import UsageError
+
+NINJA = Path(ninja.BIN_DIR) / "ninja"
+
+# Folders kernelpack does not choose (the user's checkout, the toolkit): ninja's `$`, `:`
+# and space, and the shell's quotes, must all survive.
+ODD = "we ird$dir:x 'q\"`b`"
+
+
+def _flags(include: Path) -> KernelFlags:
+    return KernelFlags(
+        defines=("-DKERNELPACK_NS=pkg_k", "-DBLOCK=(1 << 7)", "-DX=a;b|c&d"),
+        include_dirs=(str(include),),
+        nvcc=("-O3", "-Xcompiler", "-fPIC"),
+        cxx=("-O3",),
+        cc=("-O2",),
+        ldflags=(f"-L{include}",),
+        heavy=False,
+    )
+
+
+def _commands(tmp_path: Path, **overrides: object) -> list[list[str]]:
+    root = tmp_path / ODD
+    package = root / "pkg"
+    build = root / "build"
+    (package / "k").mkdir(parents=True)
+    source = package / "k" / "k.cu"
+    source.write_text("// k\n")
+    kernel = GraphKernel(
+        name="k",
+        sources=(source, package / "k" / "b.cpp"),
+        flags=_flags(tmp_path / f"outside {ODD}" / "inc"),
+        library="lib/k/_C.abi3.so",
+        package_dir=package,
+    )
+    arguments: dict[str, object] = {
+        "build_dir": build,
+        "root": root,
+        "nvcc": tmp_path / ODD / "bin" / "nvcc",
+        "cxx": "c++",
+        "cc": "cc",
+        "launcher": None,
+        "pools": Pools(heavy=1, light=2),
+        "nvcc_prepend": ("-DPRE=$HOME",),
+    }
+    arguments.update(overrides)
+    text = render([kernel], **arguments)  # type: ignore[arg-type]
+    build.mkdir()
+    (build / FILENAME).write_text(text)
+    out = subprocess.run(
+        [str(NINJA), "-C", str(build), "-t", "commands"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [shlex.split(line) for line in out.splitlines()]
+
+
+def test_every_word_reaches_the_compiler_unchanged(tmp_path: Path) -> None:
+    commands = _commands(tmp_path)
+    nvcc = next(c for c in commands if c[0].endswith("nvcc"))
+    assert nvcc[0] == str(tmp_path / ODD / "bin" / "nvcc")
+    assert "-DPRE=$HOME" in nvcc
+    assert "-DBLOCK=(1 << 7)" in nvcc
+    assert "-DX=a;b|c&d" in nvcc
+    assert f"-I{tmp_path / f'outside {ODD}' / 'inc'}" in nvcc
+    assert nvcc[nvcc.index("-c") + 1] == "../pkg/k/k.cu"
+    link = next(c for c in commands if c[0] == "c++" and "-shared" in c)
+    assert f"-L{tmp_path / f'outside {ODD}' / 'inc'}" in link
+
+
+def test_a_launcher_path_is_escaped_too(tmp_path: Path) -> None:
+    launcher = tmp_path / ODD / "bin" / "sccache"
+    commands = _commands(tmp_path, launcher=launcher)
+    assert all(c[0] == str(launcher) for c in commands if "-c" in c)
+
+
+def test_a_newline_in_a_folder_is_one_line_error_not_an_assertion(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="newline"):
+        _commands(tmp_path, nvcc=tmp_path / "bad\nfolder" / "nvcc")

@@ -15,15 +15,18 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: The builder's layers, lowest first: a module may import its own layer and the ones below.
-#: Every module of `kernelpack` falls under exactly one prefix (the longest that matches).
+#: An entry names a module, or a package and everything in it (the longest match wins); the
+#: top-level package `kernelpack` names only its own `__init__`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "ground": (
         "kernelpack",  # the package itself: __version__ and re-exports
         "kernelpack._alias",
         "kernelpack._files",
         "kernelpack._switch",
+        "kernelpack.abitag",
         "kernelpack.arch",
         "kernelpack.errors",
+        "kernelpack.filekinds",
         "kernelpack.mock",
         "kernelpack.reason",
         "kernelpack.record",
@@ -38,7 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack.manifest",
         "kernelpack.project",
     ),
-    "toolchain": ("kernelpack.toolchain", "kernelpack.deps"),
+    "toolchain": ("kernelpack.toolchain", "kernelpack.torchprobe", "kernelpack.deps"),
     "plan": ("kernelpack.plan",),
     "builder": ("kernelpack.builder",),
     "face": (
@@ -175,7 +178,8 @@ def layer_of(module: str) -> str | None:
     best: tuple[int, str] | None = None
     for layer, prefixes in LAYERS.items():
         for prefix in prefixes:
-            matches = module == prefix or module.startswith(prefix + ".")
+            inside = "." in prefix and module.startswith(prefix + ".")
+            matches = module == prefix or inside
             if matches and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), layer)
     return best[1] if best else None

@@ -1,4 +1,4 @@
-"""The run-time checks before a kernel is loaded, in DESIGN's order, each giving a `Reason`.
+"""The run-time checks before a kernel is loaded, in docs/runtime.md's order, each a `Reason`.
 
 `not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `torch-mismatch`,
 `driver-too-old`; the last two codes (`load-failed`, `namespace-collision`) need the kernel to
@@ -221,7 +221,7 @@ def _driver_too_old(name: str, kernel: KernelRecord, ctx: Context) -> Reason | N
     )
 
 
-#: The checks before loading, in DESIGN's order.
+#: The checks before loading, in the order of docs/runtime.md.
 CHECKS: tuple[Check, ...] = (
     _not_built,
     _disabled,

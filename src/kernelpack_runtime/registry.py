@@ -6,9 +6,9 @@ A kernel package wires it into its `__init__.py` in two lines::
     status, is_available, unavailable_reason, load = Registry(__name__).api()
 
 The registry reads the build record `<pkg>/_kernelpack.json` (never the manifest, never build
-code), runs the checks of `kernelpack_runtime.checks` in DESIGN's order, and imports a kernel
-only once it has passed them all. Answers are cached per registry and safe to ask from several
-threads; none of them initialises CUDA.
+code), runs the checks of `kernelpack_runtime.checks` in docs/runtime.md's order, and imports a
+kernel only once it has passed them all. Answers are cached per registry and safe to ask from
+several threads; none of them initialises CUDA.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class _LoadFn(Protocol):
 
 
 class Api(NamedTuple):
-    """The four functions a kernel package exports, in the order DESIGN unpacks them."""
+    """The four functions a kernel package exports, in the order docs/runtime.md unpacks them."""
 
     status: _StatusFn
     is_available: _AvailableFn

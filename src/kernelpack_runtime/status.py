@@ -1,8 +1,8 @@
 """`PackageStatus`: a package's kernels as `kernelpack status` and tools see them.
 
 The same facts as `status()`, plus what the build record says of each kernel (archs, ABI), in
-DESIGN's JSON shape: `{"package", "version", "kernels": {name: {"available", "reason", "archs",
-"abi"}}}`.
+the JSON shape of docs/runtime.md: `{"package", "version", "kernels": {name: {"available",
+"reason", "archs", "abi"}}}`.
 """
 
 from __future__ import annotations

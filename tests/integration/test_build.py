@@ -172,7 +172,7 @@ def test_build_record_is_written_into_the_package(built: tuple[Path, BuildResult
     assert re.fullmatch(r"[0-9a-f]{64}", scale.sources_sha256 or "")
 
 
-def test_record_on_disk_has_the_design_schema_1_keys(tree: Path, ccache_dir: Path) -> None:
+def test_record_on_disk_has_the_schema_1_keys(tree: Path, ccache_dir: Path) -> None:
     _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
     data = json.loads((tree / "kpdemo" / "_kernelpack.json").read_text())
     assert data.keys() == {"schema", "package", "version", "toolchain", "kernels"}

@@ -8,6 +8,7 @@ Measured from the syntax tree of every module: imports at the top, inside functi
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,3 +263,14 @@ def test_layer_table_names_only_existing_modules() -> None:
     # A rename or a removal cannot leave a stale entry behind.
     prefixes = [prefix for group in LAYERS.values() for prefix in group]
     assert [p for p in prefixes if p not in MODULES] == []
+
+
+def test_architecture_doc_lists_the_same_layers() -> None:
+    doc = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    documented: dict[str, set[str]] = {}
+    for line in doc.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] in LAYERS:
+            names = set(re.findall(r"`([^`]+)`", cells[1]))
+            documented[cells[0]] = {n if n == "kernelpack" else f"kernelpack.{n}" for n in names}
+    assert documented == {layer: set(prefixes) for layer, prefixes in LAYERS.items()}

@@ -1,4 +1,4 @@
-"""`kernelpack.manifest.load`: DESIGN's `kernels.toml`, and one-line errors for bad input."""
+"""`kernelpack.manifest.load`: docs/manifest.md's `kernels.toml`; one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_manifest_names_package_from_its_folder(package: Path) -> None:
     assert manifest.names == ("rmsnorm",)
 
 
-def test_defaults_follow_design(package: Path) -> None:
+def test_defaults_follow_docs(package: Path) -> None:
     spec = only(load_text(package, GOOD))
     assert spec.ops == "llm_ops_rmsnorm"
     assert spec.abi == "torch"
@@ -105,7 +105,7 @@ def test_defaults_follow_design(package: Path) -> None:
     assert spec.folder == package / "rmsnorm"
 
 
-def test_every_design_key_is_read(package: Path) -> None:
+def test_every_documented_key_is_read(package: Path) -> None:
     spec = only(
         load_text(
             package,

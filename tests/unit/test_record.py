@@ -8,7 +8,7 @@ import pytest
 from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
 
-DESIGN_EXAMPLE = {
+RECORD_EXAMPLE = {
     "schema": 1,
     "package": "llm_ops",
     "version": "0.1.0+cu130stable2.10",
@@ -40,13 +40,13 @@ DESIGN_EXAMPLE = {
 }
 
 
-def test_design_example_round_trips_unchanged() -> None:
-    record = BuildRecord.from_json(DESIGN_EXAMPLE)
-    assert record.to_json() == DESIGN_EXAMPLE
+def test_record_example_round_trips_unchanged() -> None:
+    record = BuildRecord.from_json(RECORD_EXAMPLE)
+    assert record.to_json() == RECORD_EXAMPLE
 
 
 def test_skipped_kernel_keeps_its_reason() -> None:
-    record = BuildRecord.from_json(DESIGN_EXAMPLE)
+    record = BuildRecord.from_json(RECORD_EXAMPLE)
     skipped = record.kernels["flash_moe"]
     assert not skipped.built
     assert skipped.reason == Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a")
@@ -67,7 +67,7 @@ def test_write_is_atomic_and_readable(tmp_path: Path) -> None:
 
 def test_other_schema_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "_kernelpack.json"
-    target.write_text(json.dumps({**DESIGN_EXAMPLE, "schema": 2}))
+    target.write_text(json.dumps({**RECORD_EXAMPLE, "schema": 2}))
     with pytest.raises(ValueError, match="schema 2"):
         BuildRecord.read(target)
 

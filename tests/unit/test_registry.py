@@ -1,4 +1,4 @@
-"""`Registry`: reasons in DESIGN's order from hand-written build records and injected probes."""
+"""`Registry`: reasons in docs/runtime.md's order, from hand-written records and injected probes."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_load_is_idempotent(root: Path) -> None:
     assert reg.load("k") is reg.load("k")
 
 
-def test_checks_are_declared_in_designs_order() -> None:
+def test_checks_are_declared_in_the_documented_order() -> None:
     names = [check.__name__.strip("_").replace("_", "-") for check in CHECKS]
     assert names == list(RUNTIME_CODES[: len(names)])
     assert RUNTIME_CODES[len(names) :] == ("load-failed", "namespace-collision")

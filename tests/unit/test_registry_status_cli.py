@@ -35,7 +35,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
 
 
-def test_json_has_designs_shape(
+def test_json_has_the_documented_shape(
     package: Path, no_gpu: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["status", package.name, "--json"]) == 0

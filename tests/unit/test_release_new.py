@@ -30,7 +30,7 @@ def test_writes_a_package_that_check_accepts(
     assert "1 kernel" in capsys.readouterr().out
 
 
-def test_layout_follows_design(tmp_path: Path) -> None:
+def test_layout_follows_docs(tmp_path: Path) -> None:
     root = tmp_path / "my-ops"
     _new(root, "--kernel", "scale")
     written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())

@@ -1,6 +1,6 @@
 """`Scaffold`: a new kernel package, one kernel in it, ready to build, test and ship.
 
-The files follow DESIGN's layout: `pyproject.toml` with kernelpack's build backend, the
+The files follow docs/release.md: `pyproject.toml` with kernelpack's build backend, the
 package with `kernels.toml`, the registry wired in `__init__.py` in two lines, one kernel
 folder (Python surface calling `torch.ops.<namespace from the build record>`, a fake for
 `torch.compile`, autograd, and `csrc/<kernel>.cu` registering through `kernelpack/ops.h`), and

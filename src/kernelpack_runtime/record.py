@@ -15,10 +15,21 @@ from typing import Any
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.reason import Reason
 
-__all__ = ["FILENAME", "SCHEMA", "BuildRecord", "KernelRecord", "ToolchainRecord"]
+__all__ = [
+    "FILENAME",
+    "RUNTIME_REQUIREMENT",
+    "SCHEMA",
+    "BuildRecord",
+    "KernelRecord",
+    "ToolchainRecord",
+]
 
 FILENAME = "_kernelpack.json"
 SCHEMA = 1
+
+#: The kernelpack-runtime releases that read records of `SCHEMA`: what every kernel wheel
+#: requires. Raise the floor to the first release whose reader reads a new `SCHEMA`.
+RUNTIME_REQUIREMENT = "kernelpack-runtime>=0.1,<0.2"
 
 
 @dataclass(frozen=True)

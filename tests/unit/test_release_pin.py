@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
 import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -234,3 +242,132 @@ def test_a_folder_stands_for_the_wheels_in_it(
 def test_an_empty_folder_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pin", str(tmp_path), "--url-base", BASE]) == 2
     assert "no .whl files" in capsys.readouterr().err
+
+
+# --- markers are pairwise disjoint, as `uv lock` requires ------------------------------------
+
+MIXED = [
+    "kpdemo-0.3.0+cu130stable2.10-cp310-abi3-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130torch2.14.1-cp311-cp311-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl",
+]
+TWO_FLOORS = [
+    "kpdemo-0.3.0+cu130stable2.10-cp310-abi3-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130stable2.12-cp312-abi3-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130torch2.14.1-cp311-cp311-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130torch2.14.1-cp313-cp313-manylinux_2_34_x86_64.whl",
+    "kpdemo-0.3.0+cu130torch2.14.1-cp311-cp311-manylinux_2_34_aarch64.whl",
+    "kpdemo-0.3.0+cu130stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl",
+]
+
+
+def test_abi3_wheel_beside_a_per_interpreter_wheel_excludes_that_python() -> None:
+    markers = [pin.marker for pin in pins([Wheel.parse(name) for name in MIXED], BASE)]
+    assert markers == [
+        "platform_machine == 'x86_64' and python_version != '3.11'",
+        "platform_machine == 'x86_64' and python_version == '3.11'",
+        "platform_machine == 'aarch64'",
+    ]
+
+
+def test_abi3_wheels_of_two_floors_split_the_pythons_between_them() -> None:
+    markers = [pin.marker for pin in pins([Wheel.parse(name) for name in TWO_FLOORS], BASE)]
+    assert markers[:2] == [
+        "platform_machine == 'x86_64' and python_version < '3.12' and python_version != '3.11'",
+        "platform_machine == 'x86_64' and python_version >= '3.12' and python_version != '3.13'",
+    ]
+
+
+def _fake_wheel(folder: Path, filename: str) -> None:
+    """A minimal wheel with this file name (uv reads its METADATA)."""
+    from wheel.wheelfile import WheelFile
+
+    name, version, *tags = filename.removesuffix(".whl").split("-")
+    with WheelFile(folder / filename, "w") as whl:
+        whl.writestr(f"{name}/__init__.py", "")
+        info = f"{name}-{version}.dist-info"
+        whl.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+        wheel_text = f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {'-'.join(tags)}\n"
+        whl.writestr(f"{info}/WHEEL", wheel_text)
+
+
+@pytest.fixture
+def wheel_server(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A folder served over HTTP on loopback by a real server process: (folder, its URL)."""
+    folder = tmp_path / "release"
+    folder.mkdir()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield folder, url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _uv_lock(tmp_path: Path, sources: str) -> subprocess.CompletedProcess[str]:
+    project = tmp_path / "trainer"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """\
+            [project]
+            name = "trainer"
+            version = "1.0"
+            requires-python = ">=3.10"
+            dependencies = ["kpdemo"]
+
+            [tool.uv]
+            environments = [
+                "sys_platform == 'linux' and platform_machine == 'x86_64'",
+                "sys_platform == 'linux' and platform_machine == 'aarch64'",
+            ]
+
+            """
+        )
+        + sources
+    )
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_NO_CONFIG": "1"}
+    return subprocess.run(
+        [uv, "lock", "--no-index", "--directory", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("names", [MIXED, TWO_FLOORS], ids=["abi3+cp311", "two-abi3-floors"])
+def test_uv_lock_accepts_the_printed_pins(
+    tmp_path: Path,
+    wheel_server: tuple[Path, str],
+    capsys: pytest.CaptureFixture[str],
+    names: list[str],
+) -> None:
+    folder, url = wheel_server
+    for name in names:
+        _fake_wheel(folder, name)
+    code, out = _pin(capsys, str(folder), "--url-base", url)
+    assert code == 0
+    locked = _uv_lock(tmp_path, out)
+    assert locked.returncode == 0, locked.stderr
+    lock = tomllib.loads((tmp_path / "trainer" / "uv.lock").read_text())
+    sources = {p["source"]["url"] for p in lock["package"] if p["name"] == "kpdemo"}
+    assert sources == {f"{url}/{name}" for name in names}

@@ -1,9 +1,12 @@
 """PEP 517 / PEP 660 build backend: `build-backend = "kernelpack.backend"`.
 
 The hooks run in the project folder (the current directory). Building needs the torch the
-kernels compile against, so build with `--no-build-isolation` (`pip wheel
---no-build-isolation .`, `pip install --no-build-isolation -e .`, `uv pip install
---no-build-isolation -e .`): an isolated build environment has no torch.
+kernels compile against. Without build isolation (`pip wheel --no-build-isolation .`,
+`pip install --no-build-isolation -e .`, `uv pip install --no-build-isolation -e .`) that is
+the environment's own torch, the usual choice: a classic-ABI wheel then pins exactly it. In an
+isolated build environment (pip's default, e.g. installing an sdist) there is no torch, so
+`get_requires_for_build_wheel` asks the front end for one: the project's own torch
+dependency (`[project].dependencies`, e.g. `torch>=2.10`), else any torch.
 
 `config_settings` (`pip … -C kernels=a,b -C require=1 -C jobs=4`) select kernels like the
 CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
@@ -11,16 +14,22 @@ CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from kernelpack.backend.metadata import validate_project
 from kernelpack.backend.sdist import write_sdist
-from kernelpack.backend.wheel import wheel_tag, write_dist_info, write_wheel
+from kernelpack.backend.tags import provisional_platform, wheel_tag
+from kernelpack.backend.wheel import write_dist_info, write_wheel
 from kernelpack.builder import engine
-from kernelpack.errors import PlanError, UsageError
+from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.plan import parse_kernels, plan_project
 from kernelpack.project import Project, locate
 from kernelpack_runtime._switch import parse_switch
@@ -38,13 +47,21 @@ __all__ = [
 
 ConfigSettings = dict[str, Any] | None
 
-#: What building a wheel needs besides the build-system requirements (torch and nvcc are
-#: the machine's own: build without isolation).
+#: What building a wheel needs besides the build-system requirements (nvcc is the
+#: machine's own; torch is added when the build environment has none).
 _WHEEL_REQUIRES = ["kernelpack", "ninja>=1.11"]
 
 
 def _project() -> Project:
     return locate(Path.cwd())
+
+
+def _build_project() -> Project:
+    """The project, refused (one line) before anything compiles when its `[project]` is
+    not valid or its `requires-python` excludes this Python."""
+    project = _project()
+    validate_project(project)
+    return project
 
 
 @contextmanager
@@ -78,14 +95,38 @@ def _selection(config: ConfigSettings) -> dict[str, Any]:
     return options
 
 
+def _wheel_requires() -> list[str]:
+    requires = list(_WHEEL_REQUIRES)
+    if importlib.util.find_spec("torch") is None:
+        requires.append(_build_torch())
+    return requires
+
+
+def _build_torch() -> str:
+    """The torch an isolated build compiles against: the project's unmarked torch
+    dependency, else any torch."""
+    try:
+        dependencies = _project().metadata.get("dependencies", [])
+    except KernelpackError:
+        return "torch"  # the build hooks report it in one line
+    for text in dependencies if isinstance(dependencies, list) else []:
+        try:
+            requirement = Requirement(str(text))
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
+            return f"torch{requirement.specifier}"
+    return "torch"
+
+
 def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
-    """kernelpack and ninja (torch and nvcc come from the machine: no isolation)."""
-    return list(_WHEEL_REQUIRES)
+    """kernelpack and ninja, and torch when this environment has none (an isolated build)."""
+    return _wheel_requires()
 
 
 def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
     """As for a wheel."""
-    return list(_WHEEL_REQUIRES)
+    return _wheel_requires()
 
 
 def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list[str]:
@@ -94,12 +135,15 @@ def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list
 
 
 def _prepare_metadata(metadata_directory: str, config_settings: ConfigSettings) -> str:
-    project = _project()
+    project = _build_project()
     options = _selection(config_settings)
     options.pop("jobs", None)
     with _explain_isolation():
         plan = plan_project(project, **options)
-    return write_dist_info(project, plan.version, Path(metadata_directory), wheel_tag(plan))
+    # The platform part is provisional: it is decided from the libraries once they are built
+    # (front ends read METADATA, never this WHEEL file).
+    tag = wheel_tag(plan, provisional_platform())
+    return write_dist_info(project, plan.version, Path(metadata_directory), tag)
 
 
 def prepare_metadata_for_build_wheel(
@@ -122,7 +166,7 @@ def build_wheel(
     metadata_directory: str | None = None,
 ) -> str:
     """Compile every planned kernel and write the wheel; return its file name."""
-    project = _project()
+    project = _build_project()
     with _explain_isolation():
         result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
     return write_wheel(project, result, Path(wheel_directory)).name
@@ -135,7 +179,7 @@ def build_editable(
 ) -> str:
     """PEP 660: compile in place (libraries and record into the source tree) and return a
     wheel whose `.pth` puts the source tree on `sys.path`."""
-    project = _project()
+    project = _build_project()
     with _explain_isolation():
         result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
     engine.install_inplace(result)

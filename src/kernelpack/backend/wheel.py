@@ -1,39 +1,57 @@
-"""Wheels: the package's Python files, each kernel's `_C`, and the build record.
+"""Wheels: the package's Python files, each kernel's `_C`, the build record and the metadata.
 
 The version is the project's plus the plan's ABI tag (`0.3.0+cu130torch2.14.1`), identical
-in the file name and in METADATA. The tag fits the ABI: `cp311-cp311-linux_x86_64` when any
-kernel uses the classic ABI, `cp310-abi3-linux_x86_64` when all are stable (the abi3 floor
-is the project's `requires-python` minimum). Sources (`csrc/`, `.cu`, headers) never ship.
-`wheel.wheelfile.WheelFile` writes the RECORD.
+in the file name and in METADATA. The tag fits the ABI and the libraries
+(`kernelpack.backend.tags`): `cp311-cp311-manylinux_2_28_x86_64` when any kernel uses the
+classic ABI, `cp310-abi3-manylinux_2_28_x86_64` when all are stable (the abi3 floor is the
+project's `requires-python` minimum). Sources (`csrc/`, `.cu`, headers) never ship, nor does
+anything outside the package folder (`kernelpack.backend._tree`) except the license files,
+which go to `.dist-info/licenses/` (PEP 639). `wheel.wheelfile.WheelFile` writes the RECORD
+(with `SOURCE_DATE_EPOCH` as every member's time, when set).
+
+Each write stages in its own `.<wheel>.<random>.partial/` folder next to the wheel, holding
+a lock while it writes, then renames the wheel into place: concurrent builds of one tree do
+not share a folder, and a staging folder whose writer died (SIGKILL) is removed by the next
+wheel written there.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import sysconfig
+import shutil
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
-from packaging.metadata import Metadata, RawMetadata
-from packaging.tags import Tag, interpreter_name, interpreter_version
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from kernelpack import __version__
+from kernelpack.backend._tree import tree_files
+from kernelpack.backend.metadata import (
+    CoreMetadata,
+    core_metadata,
+    entry_points_text,
+    requirements,
+)
+from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_tag
 from kernelpack.builder.engine import BuildResult
 from kernelpack.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
-from kernelpack.plan import BuildPlan
 from kernelpack.project import Project
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = [
     "dist_info_name",
-    "metadata_text",
     "package_files",
+    "remove_stale_staging",
+    "wheel_metadata",
     "wheel_name",
-    "wheel_tag",
     "write_dist_info",
     "write_wheel",
 ]
@@ -41,17 +59,11 @@ __all__ = [
 # Build outputs live in <project root>/build, outside the package: a subpackage (or kernel)
 # named `build` is Python code and ships. The kernels' libraries are added from the build.
 _SKIP_DIRS = NATIVE_DIRS | CACHE_DIRS
-
-
-def wheel_tag(plan: BuildPlan) -> Tag:
-    """`cp311-cp311-<platform>`, or `cp3X-abi3-<platform>` (X: the plan's Python floor) when
-    every kernel is stable (`BuildPlan.all_stable`)."""
-    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    if plan.all_stable:
-        floor = plan.python_floor
-        return Tag(f"cp{floor[0]}{floor[1]}", "abi3", platform)
-    python = f"{interpreter_name()}{interpreter_version()}"
-    return Tag(python, python, platform)
+_STAGING_SUFFIX = ".partial"
+_LOCK = "lock"
+# A staging folder younger than this without its lock file may be a writer that has just
+# created it: left alone.
+_STAGING_GRACE_S = 60.0
 
 
 def _dist(project: Project) -> str:
@@ -64,85 +76,14 @@ def dist_info_name(project: Project, version: str) -> str:
 
 
 def wheel_name(project: Project, version: str, tag: Tag) -> str:
-    """`kpdemo-0.3.0+cu130stable2.10-cp310-abi3-linux_x86_64.whl`."""
+    """`kpdemo-0.3.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl`."""
     return f"{_dist(project)}-{Version(version)}-{tag}.whl"
 
 
-def metadata_text(project: Project, version: str) -> str:
-    """Core metadata (METADATA / PKG-INFO) from `[project]`, with `version`."""
-    table = project.metadata
-    raw: RawMetadata = {
-        "metadata_version": "2.1",
-        "name": str(table.get("name", project.dist_name)),
-        "version": str(Version(version)),
-    }
-    if isinstance(table.get("description"), str):
-        raw["summary"] = table["description"]
-    if isinstance(table.get("requires-python"), str):
-        raw["requires_python"] = table["requires-python"]
-    requires = [str(r) for r in table.get("dependencies", [])]
-    extras = table.get("optional-dependencies", {})
-    for extra, reqs in extras.items():
-        for req in reqs:
-            marker = f'extra == "{extra}"'
-            requires.append(f"{req}; {marker}" if ";" not in req else f"{req} and {marker}")
-    if requires:
-        raw["requires_dist"] = requires
-    if extras:
-        raw["provides_extra"] = list(extras)
-    if isinstance(table.get("keywords"), list):
-        raw["keywords"] = [str(k) for k in table["keywords"]]
-    if isinstance(table.get("classifiers"), list):
-        raw["classifiers"] = [str(c) for c in table["classifiers"]]
-    urls = table.get("urls")
-    if isinstance(urls, dict):
-        raw["project_urls"] = {str(k): str(v) for k, v in urls.items()}
-    readme = table.get("readme")
-    if isinstance(readme, str) and (project.root / readme).is_file():
-        raw["description"] = (project.root / readme).read_text(encoding="utf-8")
-        raw["description_content_type"] = (
-            "text/markdown" if readme.endswith(".md") else "text/plain"
-        )
-    Metadata.from_raw(raw)  # validates every field (raises InvalidMetadata)
-    return _render(raw)
-
-
-# Core-metadata field names, in the order they are written.
-_FIELDS = (
-    ("metadata_version", "Metadata-Version"),
-    ("name", "Name"),
-    ("version", "Version"),
-    ("summary", "Summary"),
-    ("keywords", "Keywords"),
-    ("classifiers", "Classifier"),
-    ("project_urls", "Project-URL"),
-    ("requires_python", "Requires-Python"),
-    ("requires_dist", "Requires-Dist"),
-    ("provides_extra", "Provides-Extra"),
-    ("description_content_type", "Description-Content-Type"),
-)
-
-
-def _render(raw: RawMetadata) -> str:
-    data: dict[str, Any] = dict(raw)
-    lines = []
-    for key, field_name in _FIELDS:
-        value = data.get(key)
-        if value is None:
-            continue
-        if key == "keywords":
-            lines.append(f"{field_name}: {','.join(value)}")
-        elif key == "project_urls":
-            lines += [f"{field_name}: {label}, {url}" for label, url in value.items()]
-        elif isinstance(value, list):
-            lines += [f"{field_name}: {item}" for item in value]
-        else:
-            lines.append(f"{field_name}: {value}")
-    text = "\n".join(lines) + "\n"
-    description = data.get("description")
-    if description:
-        text += "\n" + str(description)
-    return text
+def wheel_metadata(project: Project, version: str) -> CoreMetadata:
+    """The METADATA of a wheel of `project` with `version`: `[project]` plus the run-time
+    requirements (`kernelpack.backend.metadata.requirements`)."""
+    return core_metadata(project, version, requirements(project, version))
 
 
 def _wheel_text(tag: Tag) -> str:
@@ -154,47 +95,87 @@ def _wheel_text(tag: Tag) -> str:
     )
 
 
-def _entry_points(project: Project) -> str | None:
-    table = project.metadata
-    sections = []
-    for group, key in (("console_scripts", "scripts"), ("gui_scripts", "gui-scripts")):
-        scripts = table.get(key)
-        if isinstance(scripts, dict) and scripts:
-            lines = "".join(f"{name} = {target}\n" for name, target in scripts.items())
-            sections.append(f"[{group}]\n{lines}")
-    for group, entries in dict(table.get("entry-points", {})).items():
-        lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
-        sections.append(f"[{group}]\n{lines}")
-    return "\n".join(sections) if sections else None
+def _dist_info_files(metadata: CoreMetadata, tag: Tag) -> Iterator[tuple[str, bytes | Path]]:
+    """(name inside `.dist-info/`, text or file) of every metadata file but RECORD."""
+    yield "METADATA", metadata.text().encode("utf-8")
+    yield "WHEEL", _wheel_text(tag).encode("utf-8")
+    entry_points = entry_points_text(metadata)
+    if entry_points:
+        yield "entry_points.txt", entry_points.encode("utf-8")
+    for file, relative in metadata.license_files:
+        yield f"licenses/{relative}", file
 
 
 def write_dist_info(project: Project, version: str, directory: Path, tag: Tag) -> str:
-    """Write `<dist>.dist-info/` (METADATA, WHEEL, entry points) under `directory`."""
+    """Write `<dist>.dist-info/` (METADATA, WHEEL, entry points, licenses) under `directory`."""
+    metadata = wheel_metadata(project, version)
     name = dist_info_name(project, version)
     folder = directory / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "METADATA").write_text(metadata_text(project, version), encoding="utf-8")
-    (folder / "WHEEL").write_text(_wheel_text(tag), encoding="utf-8")
-    entry_points = _entry_points(project)
-    if entry_points:
-        (folder / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    for relative, content in _dist_info_files(metadata, tag):
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, path)
+        else:
+            path.write_bytes(content)
     return name
 
 
 def package_files(project: Project) -> Iterator[tuple[Path, str]]:
     """(file, archive name) for the package's Python surface: no sources, no libraries,
-    no build record (the wheel gets the freshly built ones)."""
+    no build record (the wheel gets the freshly built ones), no temporary files. A symlink
+    leading out of the package is a `UsageError`."""
     package_dir = project.package_dir
-    base = package_dir.parent
-    for path in sorted(package_dir.rglob("*")):
-        rel = path.relative_to(package_dir)
-        if any(part in _SKIP_DIRS for part in rel.parts) or not path.is_file():
+
+    def skip_dir(rel: Path) -> bool:
+        return rel.name in _SKIP_DIRS
+
+    def skip_file(rel: Path) -> bool:
+        return (
+            is_native(rel)
+            or rel.suffix in BUILD_OUTPUT_SUFFIXES
+            or rel.as_posix() == RECORD_FILENAME
+        )
+
+    for file, rel in tree_files(package_dir, skip_dir=skip_dir, skip_file=skip_file):
+        yield file, f"{project.package}/{rel.as_posix()}"
+
+
+def remove_stale_staging(wheel_dir: Path) -> list[Path]:
+    """Remove the `.<wheel>.<random>.partial/` folders in `wheel_dir` whose writer is gone
+    (its lock is free); return them."""
+    removed: list[Path] = []
+    try:
+        candidates = [
+            p
+            for p in wheel_dir.iterdir()
+            if p.name.startswith(".") and p.name.endswith(_STAGING_SUFFIX) and p.is_dir()
+        ]
+    except FileNotFoundError:
+        return removed
+    for folder in candidates:
+        lock = folder / _LOCK
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                young = time.time() - folder.stat().st_mtime < _STAGING_GRACE_S
+            except FileNotFoundError:
+                continue
+            if young:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
             continue
-        if is_native(path) or path.suffix in BUILD_OUTPUT_SUFFIXES:
-            continue
-        if rel.as_posix() == RECORD_FILENAME:
-            continue
-        yield path, path.relative_to(base).as_posix()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live writer
+        finally:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def write_wheel(
@@ -203,39 +184,55 @@ def write_wheel(
     wheel_dir: Path,
     *,
     editable_path: Path | None = None,
+    stream: TextIO | None = None,
 ) -> Path:
     """Write the wheel of a finished build into `wheel_dir` and return its path.
 
     With `editable_path` (PEP 660), the wheel holds only the metadata and a `.pth` naming
-    that folder (the libraries were installed in place).
+    that folder (the libraries were installed in place). A warning about the platform tag
+    goes to `stream` (default stderr). Everything that can be wrong with the project
+    (`[project]`, a symlink out of the package) is raised before anything is written.
     """
     version = result.record.version
-    tag = wheel_tag(result.plan)
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    path = wheel_dir / wheel_name(project, version, tag)
-    # WheelFile needs a valid wheel name: write it in a hidden folder, then rename.
-    staging = wheel_dir / f".{path.stem}.partial"
-    staging.mkdir(exist_ok=True)
-    tmp = staging / path.name
+    metadata = wheel_metadata(project, version)
     package = project.package
+    members: list[tuple[str, bytes | Path]] = []
+    if editable_path is not None:
+        members.append((f"_{_dist(project)}_editable.pth", f"{editable_path}\n".encode()))
+        platform_name = provisional_platform()
+    else:
+        members += [(arcname, file) for file, arcname in package_files(project)]
+        for kernel, staged in result.libraries.items():
+            members.append((f"{package}/{kernel}/{staged.name}", staged))
+        members.append((f"{package}/{RECORD_FILENAME}", result.record.dumps().encode("utf-8")))
+        found = platform_tag(list(result.libraries.values()))
+        if found.warning:
+            print(found.warning, file=stream or sys.stderr)
+        platform_name = found.name
+    tag = wheel_tag(result.plan, platform_name)
+    info = dist_info_name(project, version)
+    members += [(f"{info}/{name}", content) for name, content in _dist_info_files(metadata, tag)]
+
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(wheel_dir)
+    path = wheel_dir / wheel_name(project, version, tag)
+    # WheelFile needs a valid wheel name: write it in a hidden folder of this write's own,
+    # locked while it is written, then rename.
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", suffix=_STAGING_SUFFIX, dir=wheel_dir))
     try:
-        with WheelFile(tmp, "w") as whl:
-            if editable_path is not None:
-                whl.writestr(f"_{_dist(project)}_editable.pth", f"{editable_path}\n")
-            else:
-                for file, arcname in package_files(project):
-                    whl.write(str(file), arcname)
-                for kernel, staged in result.libraries.items():
-                    whl.write(str(staged), f"{package}/{kernel}/{staged.name}")
-                whl.writestr(f"{package}/{RECORD_FILENAME}", result.record.dumps())
-            info = dist_info_name(project, version)
-            whl.writestr(f"{info}/METADATA", metadata_text(project, version))
-            whl.writestr(f"{info}/WHEEL", _wheel_text(tag))
-            entry_points = _entry_points(project)
-            if entry_points:
-                whl.writestr(f"{info}/entry_points.txt", entry_points)
-        os.replace(tmp, path)
+        fd = os.open(staging / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            tmp = staging / path.name
+            with WheelFile(tmp, "w") as whl:
+                for arcname, content in members:
+                    if isinstance(content, Path):
+                        whl.write(str(content), arcname)
+                    else:
+                        whl.writestr(arcname, content)
+            os.replace(tmp, path)
+        finally:
+            os.close(fd)
     finally:
-        tmp.unlink(missing_ok=True)
-        staging.rmdir()
+        shutil.rmtree(staging, ignore_errors=True)
     return path

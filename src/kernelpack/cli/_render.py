@@ -2,11 +2,13 @@
 
 On a terminal a table is a rich `Table`. Anywhere else (a pipe, a CI log, a file) it is one
 plain line per row, columns padded but never wrapped or folded, whatever the width (`COLUMNS`
-included): a CI log keeps each reason on the line of its kernel, and `grep` finds it.
+included): a CI log keeps each reason on the line of its kernel, and `grep` finds it. The
+build summary ends with one line saying what the build did (`outcome`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -16,7 +18,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from kernelpack.builder.engine import BuildResult
 
-__all__ = ["console", "plain_lines", "print_result_line", "print_summary", "print_table"]
+__all__ = ["console", "outcome", "plain_lines", "print_result_line", "print_summary", "print_table"]
 
 _GAP = "  "
 
@@ -68,8 +70,30 @@ def plain_lines(console: Console, table: Table) -> list[str]:
     return lines
 
 
-def print_summary(result: BuildResult, console: Console) -> None:
-    """Print the kernels table and, when anything ran, the steps by wall time."""
+def outcome(result: BuildResult, wheel: Path | None = None) -> str:
+    """The build's last line, true to what happened: the wheel (or in-place build) and the
+    kernels it holds, or that it holds none and why."""
+    built = [name for name, record in result.record.kernels.items() if record.built]
+    skipped = [
+        f"{name} ({record.reason.code})"
+        for name, record in result.record.kernels.items()
+        if not record.built and record.reason is not None
+    ]
+    if not built:
+        why = f"skipped {', '.join(skipped)}" if skipped else "the manifest declares none"
+        if wheel is not None:
+            return f"wrote a wheel with no kernels built ({why}): {wheel}"
+        return f"built no kernel ({why})"
+    holds = f"{len(built)} kernel(s): {', '.join(built)}"
+    if skipped:
+        holds += f"; skipped {', '.join(skipped)}"
+    if wheel is not None:
+        return f"wrote {wheel} ({holds})"
+    return f"installed in place ({holds})"
+
+
+def print_summary(result: BuildResult, console: Console, wheel: Path | None = None) -> None:
+    """Print the kernels table, the steps by wall time when anything ran, and `outcome()`."""
     kernels = Table(title=f"{result.record.package} {result.record.version}", title_justify="left")
     kernels.add_column("kernel")
     kernels.add_column("status")
@@ -84,7 +108,9 @@ def print_summary(result: BuildResult, console: Console) -> None:
             kernels.add_row(name, "[yellow]skipped[/]", reason)
     print_table(console, kernels)
     if not result.steps:
-        console.print(f"nothing to do: every library is up to date ({result.seconds:.2f} s)")
+        if result.libraries:
+            console.print(f"nothing to do: every library is up to date ({result.seconds:.2f} s)")
+        console.print(outcome(result, wheel), highlight=False, markup=False, soft_wrap=True)
         return
     steps = Table(title="steps run (wall time)", title_justify="left")
     steps.add_column("step")
@@ -97,6 +123,7 @@ def print_summary(result: BuildResult, console: Console) -> None:
         f"{len(result.compiled)} compiled, {len(result.steps) - len(result.compiled)} linked "
         f"in {result.seconds:.1f} s"
     )
+    console.print(outcome(result, wheel), highlight=False, markup=False, soft_wrap=True)
 
 
 def print_result_line(result: BuildResult, console: Console) -> None:

@@ -55,6 +55,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from kernelpack.backend.metadata import validate_project
     from kernelpack.builder import engine
     from kernelpack.cli import _render as report
 
@@ -62,6 +63,7 @@ def _build(args: argparse.Namespace) -> int:
         raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
     kernels = None if args.kernels is None else parse_kernels(args.kernels, "--kernels")
     project = locate(args.path)
+    validate_project(project)
     result = engine.build_project(
         project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
     )
@@ -73,6 +75,6 @@ def _build(args: argparse.Namespace) -> int:
     from kernelpack.backend.wheel import write_wheel
 
     path = write_wheel(project, result, args.wheel_dir or project.root / "dist")
-    report.print_summary(result, console)
+    report.print_summary(result, console, wheel=path)
     print(path)
     return 0

@@ -124,35 +124,81 @@ class Pin:
 
 
 def pins(wheels: Iterable[Wheel], url_base: str) -> list[Pin]:
-    """One pin per wheel and platform, ordered by package, machine (x86_64 first) and python.
+    """One pin per wheel and machine, with markers that are pairwise disjoint, ordered by
+    package, machine (x86_64 first) and python.
 
-    The marker is `platform_machine == '<m>'`, and `and python_version == 'X.Y'` for a wheel
-    built for one interpreter (`cp312-cp312`). Two wheels claiming the same package, machine
-    and python are a `UsageError`: uv would pick one of them silently.
+    Every marker starts `platform_machine == '<m>'`. A wheel built for one interpreter
+    (`cp312-cp312`) adds `and python_version == '3.12'`. An abi3 (or pure) wheel serves the
+    other Pythons: it adds `python_version != 'X.Y'` for each per-interpreter wheel of its
+    package and machine in its range and, beside an abi3 wheel with a higher floor (`cp310-abi3` and
+    `cp312-abi3`), the range below that floor (`python_version < '3.12'`; the higher one gets
+    `python_version >= '3.12'`). uv requires the markers of one package's sources to be
+    disjoint. Two wheels claiming the same package, machine and python are a `UsageError`
+    (uv would pick one of them silently).
     """
     base = url_base.rstrip("/")
-    found: dict[tuple[str, str, str], Pin] = {}
+    slots: dict[tuple[str, str], dict[str, Wheel]] = {}
     for wheel in wheels:
         for machine in wheel.machines:
-            for python in wheel.pythons or ("",):
-                marker = f"platform_machine == '{machine}'"
-                if python:
-                    marker += f" and python_version == '{python}'"
-                key = (wheel.name, machine, python)
-                other = found.get(key)
-                if other is not None and other.wheel != wheel.filename:
+            group = slots.setdefault((wheel.name, machine), {})
+            for python in wheel.pythons or (_SERVES_FROM + _floor(wheel),):
+                other = group.get(python)
+                if other is not None and other.filename != wheel.filename:
+                    marker = f"platform_machine == '{machine}'"
+                    if not python.startswith(_SERVES_FROM):
+                        marker += f" and python_version == '{python}'"
                     raise UsageError(
-                        f"{wheel.filename} and {other.wheel} are both for {marker}; "
+                        f"{wheel.filename} and {other.filename} are both for {marker}; "
                         "pass one wheel per package and platform"
                     )
-                found[key] = Pin(wheel.name, f"{base}/{wheel.filename}", marker, wheel.filename)
-    return [found[key] for key in sorted(found, key=_order)]
+                group[python] = wheel
+    found: list[tuple[tuple[str, int, str, int, Version], Pin]] = []
+    for (name, machine), group in slots.items():
+        known = PLATFORMS.index(machine) if machine in PLATFORMS else len(PLATFORMS)
+        exact = sorted((p for p in group if not p.startswith(_SERVES_FROM)), key=Version)
+        floors = sorted(
+            (p.removeprefix(_SERVES_FROM) for p in group if p.startswith(_SERVES_FROM)),
+            key=lambda floor: Version(floor or "0"),
+        )
+        for index, floor in enumerate(floors):
+            clauses = [f"platform_machine == '{machine}'"]
+            if index > 0:
+                clauses.append(f"python_version >= '{floor}'")
+            if index + 1 < len(floors):
+                clauses.append(f"python_version < '{floors[index + 1]}'")
+            clauses += [
+                f"python_version != '{python}'"
+                for python in exact
+                if Version(python) >= Version(floor or "0")
+                and (index + 1 == len(floors) or Version(python) < Version(floors[index + 1]))
+            ]
+            wheel = group[_SERVES_FROM + floor]
+            order = (name, known, machine, 0, Version(floor or "0"))
+            found.append((order, _pin(wheel, " and ".join(clauses), base)))
+        for python in exact:
+            marker = f"platform_machine == '{machine}' and python_version == '{python}'"
+            order = (name, known, machine, 1, Version(python))
+            found.append((order, _pin(group[python], marker, base)))
+    return [pin for _, pin in sorted(found, key=lambda item: item[0])]
 
 
-def _order(key: tuple[str, str, str]) -> tuple[str, int, str, Version]:
-    name, machine, python = key
-    known = PLATFORMS.index(machine) if machine in PLATFORMS else len(PLATFORMS)
-    return name, known, machine, Version(python or "0")
+# Slot of a wheel that serves every Python from its floor up (abi3 or pure): this prefix and
+# the floor ("" for none).
+_SERVES_FROM = "from:"
+
+
+def _floor(wheel: Wheel) -> str:
+    """`3.10` for a `cp310-abi3` wheel; "" for a pure (`py3-none`) one."""
+    floors = [
+        f"{tag.interpreter[2]}.{tag.interpreter[3:]}"
+        for tag in wheel.tags
+        if tag.interpreter.startswith("cp") and len(tag.interpreter) > 3
+    ]
+    return min(floors, key=Version) if floors else ""
+
+
+def _pin(wheel: Wheel, marker: str, base: str) -> Pin:
+    return Pin(wheel.name, f"{base}/{wheel.filename}", marker, wheel.filename)
 
 
 def render_sources(entries: Sequence[Pin]) -> str:

@@ -30,7 +30,8 @@ name = "$dist"
 version = "0.1.0"
 description = "CUDA kernels for PyTorch, built with kernelpack"
 requires-python = ">=3.10"
-dependencies = ["kernelpack-runtime", "$torch_requirement"]
+# kernelpack adds kernelpack-runtime and the torch the kernels are built for to the wheel.
+dependencies = []
 
 [tool.kernelpack]
 manifest = "$pkg/kernels.toml"

@@ -85,7 +85,6 @@ class Scaffold:
             "pkg": self.package,
             "name": self.kernel,
             "dist": canonicalize_name(self.root.absolute().name),
-            "torch_requirement": "torch>=2.10" if self.abi == "stable" else "torch",
             "abi_lines": t.ABI_STABLE if self.abi == "stable" else t.ABI_TORCH,
             "archs": ", ".join(f'"{arch}"' for arch in self.archs),
         }

@@ -211,20 +211,20 @@ def _run_ninja(
     steps = run()
     broken = _broken_libraries(libraries)
     if broken:
-        for path in broken.values():
-            _unlink(path)
-        steps += run(tuple(path.relative_to(build_dir).as_posix() for path in broken.values()))
-        still = _broken_libraries({k: libraries[k] for k in broken})
-        if still:
-            kernel, problem = next(iter(still.items()))
+        for kernel in broken:
+            _unlink(libraries[kernel])
+        steps += run(tuple(libraries[k].relative_to(build_dir).as_posix() for k in broken))
+        for kernel, problem in _broken_libraries({k: libraries[k] for k in broken}).items():
             raise BuildError(
-                f"kernel {kernel!r}: the linked library {libraries[kernel]} is {problem}"
+                f"kernel {kernel!r}: the linked library {libraries[kernel]}: {problem}"
             )
     return steps
 
 
-def _broken_libraries(libraries: Mapping[str, Path]) -> dict[str, Path]:
-    return {k: p for k, p in libraries.items() if install.library_problem(p) is not None}
+def _broken_libraries(libraries: Mapping[str, Path]) -> dict[str, str]:
+    """Kernel -> why its staged library is not a whole shared library."""
+    problems = {k: install.library_problem(p) for k, p in libraries.items()}
+    return {k: problem for k, problem in problems.items() if problem is not None}
 
 
 def _remove_stale_temps(plan: BuildPlan, build_dir: Path) -> None:

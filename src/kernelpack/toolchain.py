@@ -8,8 +8,8 @@ Environment variables read by `detect()`:
 
 - `CUDA_HOME` / `CUDA_PATH`: the CUDA toolkit to use (its `bin/nvcc`).
 - `PATH`: where `nvcc`, `sccache` and `ccache` are looked up.
-- `KERNELPACK_LAUNCHER`: `none` turns the compiler launcher off; a path or command name
-  forces one. Default: `sccache`, else `ccache`, when on PATH.
+- `KERNELPACK_LAUNCHER`: `sccache`, `ccache`, a path, or `none` (see `kernelpack.launcher`).
+  Default: `sccache`, else `ccache`, when on PATH.
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
   may use. Memory is not budgeted here: the build's job pools (`builder.graph.Pools`)
   bound the compiles by the memory `Toolchain.memory` reports.
@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from kernelpack import torchprobe
 from kernelpack.errors import UsageError
+from kernelpack.launcher import find as find_launcher
 from kernelpack.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
 
@@ -153,7 +154,7 @@ def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None
         torch_dir=Path(torch.torch_dir) if torch.torch_dir else None,
         torch_extension=torch.extension,
         nvidia_include_dirs=_nvidia_include_dirs(list(torch.nvidia_roots)),
-        launcher=_launcher(env),
+        launcher=find_launcher(env),
         jobs=_jobs(env),
         memory=available_memory(),
         nvcc_missing=nvcc.missing,
@@ -292,26 +293,6 @@ def _nvidia_include_dirs(roots: object) -> tuple[Path, ...]:
                 if include.is_dir() and include not in found:
                     found.append(include)
     return tuple(found)
-
-
-def _launcher(env: dict[str, str]) -> Path | None:
-    search = env.get("PATH", "")
-    forced = env.get("KERNELPACK_LAUNCHER", "").strip()
-    if forced.lower() == "none":
-        return None
-    if forced:
-        path = shutil.which(forced, path=search)
-        if path is None:
-            raise UsageError(
-                f"KERNELPACK_LAUNCHER={forced} is not an executable; "
-                "give a path or command on PATH, or 'none'"
-            )
-        return Path(path)
-    for name in ("sccache", "ccache"):
-        path = shutil.which(name, path=search)
-        if path is not None:
-            return Path(path)
-    return None
 
 
 def _jobs(env: dict[str, str]) -> int:

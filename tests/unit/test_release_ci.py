@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpack import __version__
 from kernelpack.cli import main
 
 OUT = Path(".github/workflows/build_kernels.yaml")
@@ -61,7 +62,7 @@ def test_builds_both_machines_in_the_cuda_devel_container_with_kernels_required(
 
 def test_summary_prints_the_pins_of_the_built_wheels(repo: Path) -> None:
     text = _write()
-    assert 'uvx kernelpack pin dist/*.whl --url-base "$RELEASES/$TAG"' in text
+    assert f'uvx "kernelpack=={__version__}" pin dist/*.whl --url-base "$RELEASES/$TAG"' in text
     assert '>> "$GITHUB_STEP_SUMMARY"' in text
 
 
@@ -70,7 +71,7 @@ def test_torch_and_cuda_come_from_the_lock_when_there_is_one(repo: Path) -> None
         'version = 1\n[[package]]\nname = "torch"\nversion = "2.11.0+cu128"\n'
     )
     text = _write()
-    assert 'tomllib.load(open("uv.lock", "rb"))' in text
+    assert _matrix(text) == [("x86_64", "3.12", "2.11.0"), ("aarch64", "3.12", "2.11.0")]
     assert "container: nvidia/cuda:12.8.0-devel-ubuntu24.04" in text
     assert "https://download.pytorch.org/whl/cu128" in text
     assert "uv.lock" in _paths(text)
@@ -78,7 +79,8 @@ def test_torch_and_cuda_come_from_the_lock_when_there_is_one(repo: Path) -> None
 
 def test_without_a_lock_torch_is_the_newest_for_the_cuda_given(repo: Path) -> None:
     text = _write("--cuda", "12.9")
-    assert 'torch="torch"' in text and "uv.lock" not in text.split("jobs:", 1)[1]
+    assert _matrix(text) == [("x86_64", "3.12", ""), ("aarch64", "3.12", "")]
+    assert '"torch${TORCH:+==$TORCH}"' in text and "uv.lock" not in text.split("jobs:", 1)[1]
     assert "https://download.pytorch.org/whl/cu129" in text
 
 
@@ -128,15 +130,18 @@ def test_workflow_is_valid_yaml_with_build_and_publish_jobs(repo: Path) -> None:
     assert data[True]["push"]["paths"][0] == "deps/my-ops"  # YAML 1.1 reads `on` as True
 
 
-def _matrix(text: str) -> list[tuple[str, str]]:
-    return re.findall(r'- machine: (\S+)\n\s+runner: \S+\n\s+python: "([\d.]+)"', text)
+def _matrix(text: str, job: str = "build") -> list[tuple[str, str, str]]:
+    block = text.split(f"\n  {job}:\n", 1)[1].split("\n    runs-on:", 1)[0]
+    return re.findall(
+        r'- machine: (\S+)\n\s+runner: \S+\n\s+python: "([\d.]+)"\n\s+torch: "([\d.]*)"', block
+    )
 
 
 def test_stable_package_builds_one_abi3_wheel_per_machine_with_the_first_python(
     repo: Path,
 ) -> None:
-    text = _write("--python", "3.11,3.12")
-    assert _matrix(text) == [("x86_64", "3.11"), ("aarch64", "3.11")]
+    text = _write("--python", "3.11,3.12", "--torch", "2.10.0,2.11.0")
+    assert _matrix(text) == [("x86_64", "3.11", "2.10.0"), ("aarch64", "3.11", "2.10.0")]
 
 
 def test_classic_package_builds_one_wheel_per_machine_and_python(
@@ -144,12 +149,72 @@ def test_classic_package_builds_one_wheel_per_machine_and_python(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", "torch"]) == 0
-    text = _write("--python", "3.11,3.12")
+    text = _write("--python", "3.11,3.12", "--torch", "2.10.0,2.11.0")
     assert _matrix(text) == [
-        ("x86_64", "3.11"),
-        ("x86_64", "3.12"),
-        ("aarch64", "3.11"),
-        ("aarch64", "3.12"),
+        (machine, python, torch)
+        for machine in ("x86_64", "aarch64")
+        for python in ("3.11", "3.12")
+        for torch in ("2.10.0", "2.11.0")
     ]
-    assert "name: wheels-${{ matrix.machine }}-py${{ matrix.python }}" in text
+    assert (
+        "name: wheels-${{ matrix.machine }}-py${{ matrix.python }}-torch${{ matrix.torch }}" in text
+    )
     assert "UV_PYTHON: ${{ matrix.python }}" in text
+
+
+def test_compiles_through_sccache_on_the_github_actions_cache_by_default(repo: Path) -> None:
+    text = _write()
+    assert "uses: mozilla-actions/sccache-action@v0.0.9" in text
+    assert 'version: "v0.16.0"' in text
+    assert 'SCCACHE_GHA_ENABLED: "true"' in text
+    assert 'KERNELPACK_LAUNCHER: "sccache"' in text
+
+
+def test_s3_cache_names_the_bucket_and_is_read_only_for_pull_requests(repo: Path) -> None:
+    text = _write("--cache", "s3", "--s3-bucket", "team-cache", "--s3-region", "eu-west-1")
+    assert 'SCCACHE_BUCKET: "team-cache"' in text
+    assert 'SCCACHE_REGION: "eu-west-1"' in text
+    assert "AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}" in text
+    assert "github.event_name == 'pull_request' && 'READ_ONLY'" in text
+    assert "SCCACHE_GHA_ENABLED" not in text
+
+
+def test_no_cache_leaves_sccache_out(repo: Path) -> None:
+    text = _write("--cache", "none")
+    assert "sccache" not in text.split("jobs:", 1)[1]
+
+
+def test_s3_cache_without_a_bucket_exits_2(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ci", "deps/my-ops", "--cache", "s3"]) == 2
+    assert "--s3-bucket" in capsys.readouterr().err
+
+
+def test_smoke_job_installs_each_wheel_with_its_torch_on_the_gpu_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", "torch"]) == 0
+    text = _write("--torch", "2.10.0,2.11.0", "--gpu-runner", "linux-h100")
+    assert _matrix(text, "smoke") == [("x86_64", "3.12", "2.10.0"), ("x86_64", "3.12", "2.11.0")]
+    smoke = text.split("\n  smoke:\n", 1)[1].split("\n  publish:\n", 1)[0]
+    assert "runner: linux-h100" in smoke
+    assert 'MY_OPS_KERNELS_REQUIRE: "1"' in smoke
+    assert '"torch${TORCH:+==$TORCH}"' in smoke
+    assert f'dist/*.whl "kernelpack=={__version__}"' in smoke
+    assert 'kernelpack" status my_ops --require' in smoke
+    assert "needs: [build, smoke]" in text
+
+
+def test_without_a_gpu_runner_there_is_no_smoke_job(repo: Path) -> None:
+    text = _write()
+    assert "\n  smoke:\n" not in text
+    assert "needs: build" in text
+
+
+def test_kernelpack_version_comes_from_the_lock(repo: Path) -> None:
+    (repo / "uv.lock").write_text(
+        'version = 1\n[[package]]\nname = "kernelpack"\nversion = "0.0.9"\n'
+    )
+    text = _write()
+    assert '"kernelpack==0.0.9"' in text
+    assert f'"kernelpack=={__version__}"' not in text

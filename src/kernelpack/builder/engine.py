@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shlex
+import sys
 import sysconfig
 import time
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
 from kernelpack.errors import BuildError
 from kernelpack.filekinds import is_header
+from kernelpack.launcher import CacheStats
+from kernelpack.launcher import session as launcher_session
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
@@ -81,6 +84,8 @@ class BuildResult:
     seconds: float
     build_dir: Path | None = None
     """The build folder (absolute) that holds the staged libraries."""
+    cache: CacheStats | None = None
+    """What the compiler cache did in this build (None: no launcher, or nothing compiled)."""
 
     @property
     def compiled(self) -> tuple[Step, ...]:
@@ -128,6 +133,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
     to_build = plan.to_build
     libraries: dict[str, Path] = {}
     steps: tuple[Step, ...] = ()
+    stats: CacheStats | None = None
     with build_lock(build_dir) as lock:
         _remove_stale_temps(plan, build_dir)
         if to_build:
@@ -151,23 +157,41 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                     )
                 )
             jobs = options.jobs or toolchain.jobs
-            text = graph.render(
-                nodes,
-                build_dir=build_dir,
-                root=options.root.absolute(),
-                nvcc=toolchain.nvcc,
-                cxx=environ.get("CXX", "c++"),
-                cc=environ.get("CC", "cc"),
-                launcher=toolchain.launcher,
-                pools=graph.Pools.for_memory(jobs, toolchain.memory),
-                nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
-                nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
-            )
-            _write_if_changed(build_dir / graph.FILENAME, text)
-            env = ninja_runner.environment(
-                environ, root=options.root.absolute(), launcher=toolchain.launcher
-            )
-            steps = _run_ninja(build_dir, libraries, lock, jobs=jobs, env=env, options=options)
+            root = options.root.absolute()
+            nvcc = toolchain.nvcc
+
+            def render(launcher: Path | None) -> None:
+                text = graph.render(
+                    nodes,
+                    build_dir=build_dir,
+                    root=root,
+                    nvcc=nvcc,
+                    cxx=environ.get("CXX", "c++"),
+                    cc=environ.get("CC", "cc"),
+                    launcher=launcher,
+                    pools=graph.Pools.for_memory(jobs, toolchain.memory),
+                    nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
+                    nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
+                )
+                _write_if_changed(build_dir / graph.FILENAME, text)
+
+            render(toolchain.launcher)
+            env = ninja_runner.environment(environ, root=root, launcher=toolchain.launcher)
+            work = toolchain.launcher is not None and ninja_runner.has_work(build_dir, env)
+            # The launcher's server (sccache) lives for this ninja run only, outside its loop.
+            with launcher_session(
+                toolchain.launcher, env, stream=options.stream, active=work
+            ) as cache:
+                if cache.launcher != toolchain.launcher:
+                    render(cache.launcher)  # the launcher could not start: compile without it
+                steps = _run_ninja(
+                    build_dir, libraries, lock, jobs=jobs, env=cache.env, options=options
+                )
+            stats = cache.stats
+            if stats is not None:
+                out = options.stream if options.stream is not None else sys.stderr
+                out.write(stats.line() + "\n")
+                out.flush()
         record = BuildRecord(
             package=plan.manifest.package,
             version=plan.version,
@@ -181,6 +205,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         steps=steps,
         seconds=time.monotonic() - started,
         build_dir=build_dir,
+        cache=stats,
     )
 
 

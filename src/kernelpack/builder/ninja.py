@@ -25,7 +25,7 @@ from typing import IO, TextIO
 from kernelpack.builder import processes
 from kernelpack.errors import BuildError, Interrupted
 
-__all__ = ["STOP_GRACE", "NinjaResult", "Step", "environment", "ninja_binary", "run"]
+__all__ = ["STOP_GRACE", "NinjaResult", "Step", "environment", "has_work", "ninja_binary", "run"]
 
 #: Seconds ninja gets to stop its compiles after a stop signal before all are killed.
 STOP_GRACE = 1.0
@@ -153,6 +153,23 @@ def run(
     times = _log_times(build_dir / ".ninja_log")
     steps = [Step(tool, out, times.get(out, 0.0)) for tool, out in display.started]
     return NinjaResult(steps=steps, output=output)
+
+
+def has_work(build_dir: Path, env: Mapping[str, str]) -> bool:
+    """Whether ninja would run any step in `build_dir` (a dry run; True when unsure)."""
+    try:
+        proc = subprocess.run(
+            [ninja_binary(), "-C", str(build_dir), "-n"],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return proc.returncode != 0 or "ninja: no work to do" not in proc.stdout
 
 
 def _stop_signal(exc: BaseException) -> int:

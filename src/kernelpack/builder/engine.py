@@ -159,6 +159,9 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             jobs = options.jobs or toolchain.jobs
             root = options.root.absolute()
             nvcc = toolchain.nvcc
+            # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
+            threads = max(node.flags.threads for node in nodes)
+            pools = graph.Pools.for_memory(jobs, toolchain.memory, threads=threads)
 
             def render(launcher: Path | None) -> None:
                 text = graph.render(
@@ -169,7 +172,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                     cxx=environ.get("CXX", "c++"),
                     cc=environ.get("CC", "cc"),
                     launcher=launcher,
-                    pools=graph.Pools.for_memory(jobs, toolchain.memory),
+                    pools=pools,
                     nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
                     nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
                 )

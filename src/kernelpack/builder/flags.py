@@ -56,6 +56,16 @@ class KernelFlags:
     """Library folders and libraries, after the objects on the link line."""
     heavy: bool
     """Compiles include ATen (about 3 GB of memory per nvcc job) rather than headers only."""
+    threads: int = 1
+    """nvcc threads of one compile (`--threads`): one per arch target when there are several."""
+
+
+def nvcc_threads(gencode_flags: tuple[str, ...]) -> int:
+    """nvcc threads for a kernel with these `-gencode` targets: one each, 1 for a single one.
+
+    The count follows the kernel, not this machine's cores, so the command line (and with it
+    ninja's rebuild decision and ccache's key) is the same on every machine."""
+    return max(1, len(gencode_flags))
 
 
 def kernel_flags(
@@ -93,6 +103,11 @@ def kernel_flags(
     nvcc = [*kernel.gencode_flags, std, "-O3", "-Xcompiler", "-fPIC"]
     nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
     nvcc += list(spec.nvcc_flags)
+    threads = nvcc_threads(kernel.gencode_flags)
+    if threads > 1:
+        # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
+        # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
+        nvcc += ["--threads", str(threads)]
     cxx = [std, "-O3", "-fPIC", *spec.cxx_flags]
     cc = ["-O2", "-fPIC"]
 
@@ -117,4 +132,5 @@ def kernel_flags(
         cc=tuple(cc),
         ldflags=tuple(ldflags),
         heavy=not stable,
+        threads=threads,
     )

@@ -49,13 +49,19 @@ class Pools:
     light: int
 
     @classmethod
-    def for_memory(cls, jobs: int, available_bytes: int | None) -> Pools:
-        """Bound each pool by `jobs` and by what fits in `available_bytes`."""
+    def for_memory(cls, jobs: int, available_bytes: int | None, threads: int = 1) -> Pools:
+        """Bound each pool by `jobs` and by what fits in `available_bytes`.
+
+        A compile of `threads` nvcc threads (`--threads`, one arch each) counts as `threads`
+        jobs and needs `threads` times the memory of one: slots x threads x per-job memory
+        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot)."""
+        threads = max(1, threads)
+        cpu = max(1, jobs // threads)
         if available_bytes is None:
-            return cls(heavy=jobs, light=jobs)
+            return cls(heavy=cpu, light=cpu)
         return cls(
-            heavy=max(1, min(jobs, available_bytes // HEAVY_JOB_BYTES)),
-            light=max(1, min(jobs, available_bytes // LIGHT_JOB_BYTES)),
+            heavy=max(1, min(cpu, available_bytes // (HEAVY_JOB_BYTES * threads))),
+            light=max(1, min(cpu, available_bytes // (LIGHT_JOB_BYTES * threads))),
         )
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from kernelpack.builder import engine
+from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.engine import BuildResult
-from kernelpack.launcher import CacheStats
 from kernelpack.project import locate
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kernelpack import launcher
+from kernelpack.builder import compiler_cache
 from kernelpack.errors import UsageError
 
 SOURCE = "int add_one(int x) { return x + 1; }\n"
@@ -110,7 +111,7 @@ def test_sccache_server_is_private_and_stopped_after_the_build(
     env: dict[str, str], source: Path
 ) -> None:
     sccache = _sccache()
-    with launcher.session(sccache, env) as cache:
+    with compiler_cache.session(sccache, env) as cache:
         port = cache.server_port
         assert port is not None and _answers(port)
         assert cache.env["SCCACHE_SERVER_PORT"] == str(port)
@@ -122,9 +123,9 @@ def test_sccache_server_is_private_and_stopped_after_the_build(
 
 def test_statistics_are_those_of_one_build_alone(env: dict[str, str], source: Path) -> None:
     sccache = _sccache()
-    with launcher.session(sccache, env) as first:
+    with compiler_cache.session(sccache, env) as first:
         _compile(sccache, first.env, source)
-    with launcher.session(sccache, env) as second:
+    with compiler_cache.session(sccache, env) as second:
         _compile(sccache, second.env, source)
     assert second.stats is not None
     assert (second.stats.hits, second.stats.misses) == (1, 0)
@@ -136,7 +137,7 @@ def test_dead_server_is_restarted_by_the_next_compile_and_stopped_after(
     env: dict[str, str], source: Path
 ) -> None:
     sccache = _sccache()
-    with launcher.session(sccache, env) as cache:
+    with compiler_cache.session(sccache, env) as cache:
         port = cache.server_port
         assert cache._server is not None and port is not None
         cache._server.kill()
@@ -155,7 +156,7 @@ def test_unreachable_backend_falls_back_to_the_local_cache_with_one_warning(
     env["SCCACHE_REDIS_ENDPOINT"] = f"redis://127.0.0.1:{_closed_port()}"
     out = io.StringIO()
     started = time.monotonic()
-    with launcher.session(sccache, env, stream=out) as cache:
+    with compiler_cache.session(sccache, env, stream=out) as cache:
         _compile(sccache, cache.env, source)
     assert time.monotonic() - started < 10
     lines = out.getvalue().splitlines()
@@ -171,7 +172,7 @@ def test_unreachable_backend_falls_back_to_the_local_cache_with_one_warning(
 
 
 def test_inactive_session_starts_no_server(env: dict[str, str]) -> None:
-    with launcher.session(_sccache(), env, active=False) as cache:
+    with compiler_cache.session(_sccache(), env, active=False) as cache:
         assert cache.server_port is None
     assert cache.stats is None
 
@@ -184,7 +185,7 @@ def test_ccache_statistics_are_the_difference_over_the_build(
         pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
     tool = Path(ccache)
     _compile(tool, env, source)  # a miss before the session: not counted in it
-    with launcher.session(tool, env) as cache:
+    with compiler_cache.session(tool, env) as cache:
         _compile(tool, env, source)
     assert cache.stats is not None
     assert (cache.stats.launcher, cache.stats.hits, cache.stats.misses) == ("ccache", 1, 0)
@@ -193,10 +194,10 @@ def test_ccache_statistics_are_the_difference_over_the_build(
 def test_killed_build_leaves_no_server_behind(env: dict[str, str], tmp_path: Path) -> None:
     sccache = _sccache()
     script = (
-        "import sys, time\n"
+        "import os, time\n"
         "from pathlib import Path\n"
-        "from kernelpack import launcher\n"
-        f"with launcher.session(Path({str(sccache)!r}), dict(__import__('os').environ)) as s:\n"
+        "from kernelpack.builder import compiler_cache\n"
+        f"with compiler_cache.session(Path({str(sccache)!r}), dict(os.environ)) as s:\n"
         "    print(s.server_port, flush=True)\n"
         "    time.sleep(60)\n"
     )

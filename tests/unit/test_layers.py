@@ -42,7 +42,12 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack.manifest",
         "kernelpack.project",
     ),
-    "toolchain": ("kernelpack.toolchain", "kernelpack.torchprobe", "kernelpack.deps"),
+    "toolchain": (
+        "kernelpack.toolchain",
+        "kernelpack.torchprobe",
+        "kernelpack.deps",
+        "kernelpack.launcher",
+    ),
     "plan": ("kernelpack.plan",),
     "builder": ("kernelpack.builder",),
     "face": (

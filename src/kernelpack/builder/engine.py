@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, TextIO
 
 from kernelpack.builder import graph, install, modinit
 from kernelpack.builder import ninja as ninja_runner
+from kernelpack.builder.compiler_cache import CacheStats
+from kernelpack.builder.compiler_cache import session as launcher_session
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
 from kernelpack.errors import BuildError
 from kernelpack.filekinds import is_header
-from kernelpack.launcher import CacheStats
-from kernelpack.launcher import session as launcher_session
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME

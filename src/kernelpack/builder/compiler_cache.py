@@ -1,0 +1,437 @@
+"""The compiler cache of one build: sccache's private server, and what the cache did.
+
+`session()` wraps one build. For sccache it runs a private server for that build alone, on a
+loopback port nobody else uses, configured by the build's own `SCCACHE_*` variables (its
+backend: local disk, Redis, S3, GCS, the GitHub Actions cache...), and stops it afterwards;
+the server's statistics are then exactly this build's. The server gets SIGTERM when the
+build dies, so a killed build leaves none behind. A server that dies during the build is
+restarted by the next compile (sccache's client starts one when none answers) and stopped
+with the rest. A backend that cannot be reached (a closed port, a failed start, a start that
+does not finish within `START_TIMEOUT_S`) is reported in one warning line and the build goes
+on with sccache's local disk cache: never a hang, the exit status unchanged. For ccache the
+statistics are the difference of `ccache --print-stats` before and after the build (exact
+unless another build shares the same `CCACHE_DIR` at the same time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TextIO
+from urllib.parse import urlsplit
+
+from kernelpack.builder import processes
+from kernelpack.launcher import kind_of
+
+__all__ = ["START_TIMEOUT_S", "CacheStats", "Session", "session"]
+
+#: Longest wait for a private sccache server (its backend check included) to answer.
+START_TIMEOUT_S = 20.0
+
+_CALL_TIMEOUT_S = 20.0
+_PROBE_TIMEOUT_S = 3.0
+_POLL_S = 0.02
+
+# Variables that point sccache at a backend other than its local disk (dropped to fall back).
+_REMOTE_PREFIXES = (
+    "SCCACHE_REDIS",
+    "SCCACHE_BUCKET",
+    "SCCACHE_ENDPOINT",
+    "SCCACHE_REGION",
+    "SCCACHE_S3_",
+    "SCCACHE_GCS_",
+    "SCCACHE_GHA_",
+    "SCCACHE_AZURE_",
+    "SCCACHE_MEMCACHED",
+    "SCCACHE_WEBDAV_",
+    "SCCACHE_OSS_",
+    "SCCACHE_COS_",
+    "SCCACHE_MULTILEVEL_",
+)
+# URL-valued variables whose host:port can be probed before sccache is asked to use them.
+_ENDPOINT_VARIABLES = (
+    "SCCACHE_REDIS_ENDPOINT",
+    "SCCACHE_REDIS",
+    "SCCACHE_ENDPOINT",
+    "SCCACHE_MEMCACHED_ENDPOINT",
+    "SCCACHE_WEBDAV_ENDPOINT",
+)
+_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "tcp": 6379, "http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What the compiler cache did for one build."""
+
+    launcher: str
+    """"sccache" or "ccache"."""
+    backend: str
+    """Where hits come from: "local" (disk) or the remote kind ("redis", "s3", "gha"...)."""
+    hits: int
+    misses: int
+    remote_hits: int
+    local_hits: int
+    errors: int
+    """Cache reads or writes that failed (the compile itself then ran locally)."""
+    read_only: bool = False
+    """The backend was used read-only (`SCCACHE_*_RW_MODE=READ_ONLY`): nothing was written."""
+    writes: int | None = None
+    """Objects written to the cache (sccache reports it)."""
+    fallback: str | None = None
+    """Why the configured backend was not used (then `backend` is "local")."""
+
+    def line(self) -> str:
+        """`cache: sccache (redis) 12 hits (12 remote, 0 local), 0 misses`."""
+        mode = ", read-only" if self.read_only else ""
+        text = (
+            f"cache: {self.launcher} ({self.backend}{mode}) {self.hits} hits "
+            f"({self.remote_hits} remote, {self.local_hits} local), {self.misses} misses"
+        )
+        if self.errors:
+            text += f", {self.errors} errors"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's `cache` field."""
+        data: dict[str, Any] = {
+            "launcher": self.launcher,
+            "backend": self.backend,
+            "hits": self.hits,
+            "misses": self.misses,
+            "remote_hits": self.remote_hits,
+            "local_hits": self.local_hits,
+            "errors": self.errors,
+            "read_only": self.read_only,
+        }
+        if self.writes is not None:
+            data["writes"] = self.writes
+        if self.fallback is not None:
+            data["fallback"] = self.fallback
+        return data
+
+
+class Session:
+    """One build's launcher: the environment its compiles run in, and its statistics.
+
+    Use `session()` to make one; `env` and `launcher` are what ninja must use, `stats` is
+    filled when the session closes.
+    """
+
+    def __init__(self, launcher: Path | None, env: dict[str, str]) -> None:
+        self.launcher = launcher
+        self.env = env
+        self.stats: CacheStats | None = None
+        self.warning: str | None = None
+        self.server_port: int | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        self._ccache_before: dict[str, int] | None = None
+        self._fallback: str | None = None
+
+
+@contextmanager
+def session(
+    launcher: Path | None,
+    env: Mapping[str, str],
+    *,
+    stream: TextIO | None = None,
+    active: bool = True,
+) -> Iterator[Session]:
+    """Run the build inside: start what the launcher needs, collect its statistics, stop it.
+
+    `active=False` (nothing to compile) starts nothing and records no statistics. The
+    fallback warning, when there is one, goes to `stream` (default stderr) as one line.
+    """
+    current = Session(launcher, dict(env))
+    kind = kind_of(launcher) if active else None
+    try:
+        if kind == "sccache":
+            assert launcher is not None
+            _start_sccache(current, launcher)
+        elif kind == "ccache":
+            assert launcher is not None
+            current._ccache_before = _ccache_counters(launcher, current.env)
+        if current.warning:
+            out = stream if stream is not None else sys.stderr
+            out.write(f"kernelpack: warning: {current.warning}\n")
+            out.flush()
+        yield current
+        if kind == "sccache" and current.launcher is not None:
+            current.stats = _sccache_stats(current)
+        elif kind == "ccache" and current._ccache_before is not None:
+            assert launcher is not None
+            after = _ccache_counters(launcher, current.env)
+            if after is not None:
+                current.stats = _ccache_stats(current._ccache_before, after, current.env)
+    finally:
+        if kind == "sccache":
+            _stop_sccache(current)
+
+
+# --- sccache ----------------------------------------------------------------------------
+
+
+def _start_sccache(current: Session, launcher: Path) -> None:
+    env = current.env
+    problem = _unreachable_endpoint(env)
+    if problem is None:
+        problem = _spawn_server(current, launcher, env)
+        if problem is None:
+            return
+    local = _local_only(env)
+    current.warning = f"{problem}; compiling with sccache's local disk cache"
+    current._fallback = problem
+    second = _spawn_server(current, launcher, local)
+    if second is None:
+        current.env = local
+        return
+    current.warning = f"{problem}, and {second}; compiling without a compiler cache"
+    current.launcher = None
+    current.env = {k: v for k, v in env.items() if k != "SCCACHE_SERVER_PORT"}
+
+
+def _spawn_server(current: Session, launcher: Path, env: dict[str, str]) -> str | None:
+    """Start a private server in `env` (port chosen here); None once it answers, else why."""
+    port = _free_port()
+    env["SCCACHE_SERVER_PORT"] = str(port)
+    server_env = {**env, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1"}
+    with tempfile.TemporaryFile() as log:
+        try:
+            proc = subprocess.Popen(
+                [str(launcher)],
+                env=server_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own group (Ctrl-C reaches the compiles, not the server), and SIGTERM
+                # when this process dies: a killed build leaves no server behind.
+                preexec_fn=processes.group_leader(os.getpid()),
+            )
+        except OSError as exc:
+            return f"{launcher} cannot be run ({exc})"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"sccache could not start its server: {_last_error(log)}"
+            if _answers(port):
+                current._server = proc
+                current.server_port = port
+                return None
+            time.sleep(_POLL_S)
+        _kill(proc)
+        detail = _last_error(log)
+    return (
+        f"sccache's server did not start within {START_TIMEOUT_S:.0f} s "
+        f"(its cache backend may be unreachable{': ' + detail if detail else ''})"
+    )
+
+
+def _stop_sccache(current: Session) -> None:
+    if current.server_port is None:
+        return
+    # Whichever server listens on the private port (ours, or one a compile restarted).
+    _call([str(current.launcher or "sccache"), "--stop-server"], current.env)
+    if current._server is not None:
+        try:
+            current._server.wait(timeout=_CALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill(current._server)
+    current.server_port = None
+
+
+def _sccache_stats(current: Session) -> CacheStats | None:
+    assert current.launcher is not None
+    out = _call(
+        [str(current.launcher), "--show-stats", "--stats-format=json"], current.env, text=True
+    )
+    if out is None:
+        return None
+    try:
+        data = json.loads(out)
+        stats = data["stats"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    hits = _total(stats.get("cache_hits"))
+    levels = stats.get("multi_level")
+    if isinstance(levels, list) and levels:
+        # A chain such as "disk,redis": each level says where its hits came from.
+        kinds = [_backend_of(str(level.get("location", ""))) for level in levels]
+        backend = "+".join(kinds)
+        local_hits = sum(
+            int(level.get("hits") or 0)
+            for level, kind in zip(levels, kinds, strict=True)
+            if kind == "local"
+        )
+        remote_hits = hits - local_hits
+    else:
+        backend = _backend_of(str(data.get("cache_location", "")))
+        remote_hits, local_hits = (0, hits) if backend == "local" else (hits, 0)
+    remote = backend != "local"
+    return CacheStats(
+        launcher="sccache",
+        backend=backend,
+        hits=hits,
+        misses=_total(stats.get("cache_misses")),
+        remote_hits=remote_hits,
+        local_hits=local_hits,
+        errors=_total(stats.get("cache_errors"))
+        + int(stats.get("cache_read_errors") or 0)
+        + int(stats.get("cache_write_errors") or 0)
+        + int(stats.get("cache_timeouts") or 0),
+        read_only=_read_only(current.env) if remote else False,
+        writes=int(stats.get("cache_writes") or 0),
+        fallback=current._fallback,
+    )
+
+
+def _backend_of(location: str) -> str:
+    """sccache's `cache_location` ("Local disk: ...", "redis, name: ...", "S3, bucket: ...")."""
+    head = location.split(",", 1)[0].split(":", 1)[0].strip().lower()
+    if head.startswith("local"):
+        return "local"
+    return {"github actions cache": "gha"}.get(head, head.replace(" ", "-") or "unknown")
+
+
+def _read_only(env: Mapping[str, str]) -> bool:
+    return any(
+        key.endswith("_RW_MODE") and value.strip().upper() == "READ_ONLY"
+        for key, value in env.items()
+        if key.startswith("SCCACHE_") and key != "SCCACHE_LOCAL_RW_MODE"
+    )
+
+
+def _total(counter: object) -> int:
+    if not isinstance(counter, dict):
+        return 0
+    counts = counter.get("counts")
+    if not isinstance(counts, dict):
+        return 0
+    return sum(int(v) for v in counts.values() if isinstance(v, int))
+
+
+def _local_only(env: Mapping[str, str]) -> dict[str, str]:
+    local = {k: v for k, v in env.items() if not k.startswith(_REMOTE_PREFIXES)}
+    # A config file may name a backend too; the fallback must not read it.
+    local["SCCACHE_CONF"] = os.devnull
+    return local
+
+
+def _unreachable_endpoint(env: Mapping[str, str]) -> str | None:
+    """Why a backend endpoint in `env` refuses connections, None when all answer (or none)."""
+    for variable in _ENDPOINT_VARIABLES:
+        value = env.get(variable, "").strip()
+        if not value:
+            continue
+        address = _host_port(value)
+        if address is None:
+            continue
+        try:
+            with socket.create_connection(address, timeout=_PROBE_TIMEOUT_S):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            return f"sccache's cache backend {variable}={value} is unreachable ({reason.lower()})"
+    return None
+
+
+def _host_port(value: str) -> tuple[str, int] | None:
+    url = urlsplit(value if "://" in value else f"tcp://{value}")
+    if url.scheme.startswith("unix") or url.scheme.endswith("+unix") or not url.hostname:
+        return None
+    try:
+        port = url.port or _DEFAULT_PORTS.get(url.scheme)
+    except ValueError:
+        return None
+    return None if port is None else (url.hostname, port)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=_POLL_S * 10):
+            return True
+    except OSError:
+        return False
+
+
+def _last_error(log: IO[bytes]) -> str:
+    try:
+        log.seek(0)
+        text = log.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[0].removeprefix("sccache: error: ")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_CALL_TIMEOUT_S)
+
+
+# --- ccache -----------------------------------------------------------------------------
+
+
+def _ccache_counters(launcher: Path, env: Mapping[str, str]) -> dict[str, int] | None:
+    out = _call([str(launcher), "--print-stats"], env, text=True)
+    if out is None:
+        return None
+    counters: dict[str, int] = {}
+    for line in out.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counters[name.strip()] = int(value)
+    return counters
+
+
+def _ccache_stats(
+    before: dict[str, int], after: dict[str, int], env: Mapping[str, str]
+) -> CacheStats:
+    def delta(*names: str) -> int:
+        return sum(max(0, after.get(n, 0) - before.get(n, 0)) for n in names)
+
+    hits = delta("direct_cache_hit", "preprocessed_cache_hit")
+    remote = delta("remote_storage_hit")
+    return CacheStats(
+        launcher="ccache",
+        backend="remote" if env.get("CCACHE_REMOTE_STORAGE") else "local",
+        hits=hits,
+        misses=delta("cache_miss"),
+        remote_hits=remote,
+        local_hits=hits - remote if remote <= hits else 0,
+        errors=delta("remote_storage_error", "remote_storage_timeout", "internal_error"),
+        read_only=env.get("CCACHE_READONLY", "").lower() in ("1", "true", "yes"),
+    )
+
+
+def _call(argv: list[str], env: Mapping[str, str], *, text: bool = False) -> str | None:
+    """Run a launcher command with a bounded wait; its stdout, or None when it failed."""
+    try:
+        proc = subprocess.run(
+            argv,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_CALL_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode("utf-8", "replace") if text else ""

@@ -301,6 +301,14 @@ class KernelSpec:
     """Set (to a one-line message) only when loaded with `allow_missing_sources=True` and a
     source is absent, e.g. an uninitialised git submodule; the plan skips `sources-missing`."""
 
+    def __post_init__(self) -> None:
+        # Whatever reader made this spec (kernels.toml, another format), no value of it may
+        # reach nvcc's shell: checked here once more, so no reader can forget it.
+        problem = _shell_problem(self)
+        if problem is not None:
+            key, text = problem
+            raise ManifestError(display_path(self.folder), text, kernel=self.name, key=key or None)
+
     def archs_for(self, machine: str) -> tuple[Arch, ...] | None:
         """The archs to build on `machine`, or None when the arch table omits it."""
         if ANY_PLATFORM in self.arch:
@@ -329,6 +337,31 @@ def _json(value: object, folder: Path) -> Any:
     if isinstance(value, (tuple, list)):
         return [_json(v, folder) for v in value]
     return value
+
+
+def _shell_problem(spec: KernelSpec) -> tuple[str, str] | None:
+    """The first value of `spec` that may not reach nvcc's shell: (key, why), else None."""
+    values: list[tuple[str, str, Literal["define", "flag", "path"]]] = [
+        *(("defines." + name, value, "define") for name, value in spec.defines.items()),
+        *(("nvcc-flags", flag, "flag") for flag in spec.nvcc_flags),
+        *(("cxx-flags", flag, "flag") for flag in spec.cxx_flags),
+        *(("sources", os.path.relpath(p, spec.folder), "path") for p in spec.sources),
+        *(("include-dirs", os.path.relpath(p, spec.folder), "path") for p in spec.include_dirs),
+    ]
+    names = [(None, spec.name), ("ops", spec.ops), *(("defines", n) for n in spec.defines)]
+    for key, name in names:
+        if not _C_IDENTIFIER_RE.fullmatch(name):
+            return (key or "", f"{quote(name)} is not an identifier")
+    for library in spec.libraries:
+        if not _LIBRARY_RE.fullmatch(library):
+            return ("libraries", f"{quote(library)} is not a library name")
+    for key, text, kind in values:
+        problem = unsafe(text, kind) or (
+            None if text.isprintable() else "holds a control character"
+        )
+        if problem is not None:
+            return (key, f"{quote(text)} {problem}")
+    return None
 
 
 _KEYED_FIELDS = tuple(f for f in fields(KernelSpec) if "key" in f.metadata)

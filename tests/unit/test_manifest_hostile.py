@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from kernelpack.errors import ManifestError, ManifestErrors
-from kernelpack.manifest import load
+from kernelpack.manifest import ANY_PLATFORM, KernelSpec, load
 from kernelpack.settings import Settings
+from kernelpack_runtime.arch import Arch
 
 KERNELPACK = Path(sys.executable).parent / "kernelpack"
 
@@ -285,3 +286,44 @@ def test_a_fifo_named_kernels_toml_is_an_error_not_a_hang(package: Path) -> None
     os.mkfifo(package / "kernels.toml")
     with pytest.raises(ManifestError, match="is not a regular file"):
         load(package / "kernels.toml")
+
+
+# --- whatever reader makes a KernelSpec: the same rule ------------------------------------
+
+
+def _spec(tmp_path: Path, **values: object) -> KernelSpec:
+    folder = tmp_path / "pkg" / "k"
+    arguments: dict[str, object] = {
+        "name": "k",
+        "folder": folder,
+        "ops": "pkg_k",
+        "sources": (folder / "csrc" / "k.cu",),
+        "arch": {ANY_PLATFORM: (Arch.parse("9.0a"),)},
+    }
+    return KernelSpec(**{**arguments, **values})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"defines": {"X": "$(touch pwned)"}}, '[k].defines.X: "$(touch pwned)" holds "$"'),
+        ({"defines": {"A-B": "1"}}, '[k].defines: "A-B" is not an identifier'),
+        ({"nvcc_flags": ("-Xcompiler", "-DY=`id`")}, "[k].nvcc-flags: "),
+        ({"cxx_flags": ("-O3\n",)}, "holds a control character"),
+        ({"include_dirs": (Path("/elsewhere/a b"),)}, "[k].include-dirs: "),
+        ({"ops": "a;b"}, "[k].ops: "),
+        ({"libraries": ("m; id",)}, "[k].libraries: "),
+    ],
+)
+def test_a_kernel_spec_from_any_reader_refuses_shell_characters(
+    tmp_path: Path, values: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ManifestError) as caught:
+        _spec(tmp_path, **values)
+    assert fragment in str(caught.value)
+
+
+def test_a_kernel_spec_with_sources_outside_its_folder_is_fine(tmp_path: Path) -> None:
+    # A build.toml project keeps its sources outside the package: paths may climb.
+    spec = _spec(tmp_path, sources=(tmp_path / "csrc" / "relu.cu",))
+    assert spec.sources == (tmp_path / "csrc" / "relu.cu",)

@@ -6,6 +6,7 @@ Shared by `kernelpack.manifest` (`kernels.toml`) and `kernelpack.settings`
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import os
@@ -20,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kernelpack.errors import ManifestError
-from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,14 +30,18 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "ANY_PLATFORM",
+    "ARCH_SCHEMA",
     "MAX_BYTES",
     "MAX_ITEMS",
     "PLATFORMS",
     "Document",
+    "Key",
     "Table",
+    "declared_keys",
     "describe",
     "display_path",
     "is_inside",
+    "key_metadata",
     "quote",
     "read_document",
     "read_toml",
@@ -47,6 +52,22 @@ PLATFORMS = ("x86_64", "aarch64")
 
 #: Key of an arch mapping when the arch applies to every platform.
 ANY_PLATFORM = "*"
+
+_ARCH = {"type": "string", "enum": [str(a) for a in sorted(KNOWN_ARCHS)]}
+_ARCHS = {"anyOf": [_ARCH, {"type": "array", "items": _ARCH, "minItems": 1}]}
+
+#: JSON Schema of what `Table.arch` reads: an arch, a list, or a per-platform table of them.
+ARCH_SCHEMA: Mapping[str, Any] = {
+    "anyOf": [
+        *_ARCHS["anyOf"],
+        {
+            "type": "object",
+            "properties": {platform: _ARCHS for platform in PLATFORMS},
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
+    ]
+}
 
 #: Largest TOML file read (a manifest is a few KiB; parsing 1 MiB takes about 0.1 s).
 MAX_BYTES = 1024 * 1024
@@ -93,6 +114,38 @@ def quote(text: str) -> str:
     if not shown.isprintable():
         shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
     return '"' + shown + '"'
+
+
+@dataclass(frozen=True)
+class Key:
+    """The declaration of one key of a TOML table, put in the metadata of the dataclass field
+    that holds its value: the key lists, the docs tables and the JSON Schemas are made from
+    these declarations (`kernelpack._schema`)."""
+
+    name: str
+    """The TOML key, e.g. `nvcc-flags`."""
+    type: str
+    """The value's type, as the docs table writes it (Markdown)."""
+    default: str
+    """The default, as the docs table writes it (Markdown)."""
+    doc: str
+    """What it means, one line (Markdown)."""
+    schema: Mapping[str, Any]
+    """The value's JSON Schema (draft 7)."""
+    required: bool = False
+    """Required in every table (the schema's `required`)."""
+
+
+def key_metadata(
+    name: str, type: str, default: str, doc: str, schema: Mapping[str, Any], **kw: bool
+) -> dict[str, Key]:
+    """`field(metadata=key_metadata(...))`: declare the field's TOML key."""
+    return {"key": Key(name, type, default, doc, schema, **kw)}
+
+
+def declared_keys(cls: Any) -> tuple[Key, ...]:
+    """The `Key`s declared on the fields of dataclass `cls`, in field order."""
+    return tuple(f.metadata["key"] for f in dataclasses.fields(cls) if "key" in f.metadata)
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,22 @@ from packaging.version import Version
 from kernelpack._shell import pattern, unsafe
 from kernelpack._toml import (
     ANY_PLATFORM,
+    ARCH_SCHEMA,
     MAX_ITEMS,
     PLATFORMS,
+    Key,
     Table,
+    declared_keys,
     describe,
     display_path,
     is_inside,
+    key_metadata,
     quote,
     read_document,
 )
 from kernelpack.errors import ManifestError, ManifestErrors
 from kernelpack.settings import Settings
-from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
+from kernelpack_runtime.arch import Arch
 
 __all__ = [
     "ALL_PLATFORMS",
@@ -73,30 +77,6 @@ _VERSION_RE = re.compile(r"\d+(\.\d+){1,2}")
 _MAX_DEFINE_INT = 2**63
 
 
-@dataclass(frozen=True)
-class Key:
-    """The declaration of one kernel-table key: docs, schema and JSON are made from it."""
-
-    name: str
-    """The TOML key, e.g. `nvcc-flags`."""
-    type: str
-    """The value's type, as the docs table writes it (Markdown)."""
-    default: str
-    """The default, as the docs table writes it (Markdown)."""
-    doc: str
-    """What it means, one line (Markdown)."""
-    schema: Mapping[str, Any]
-    """The value's JSON Schema (draft 7)."""
-    required: bool = False
-    """Required in every kernel table (the schema's `required`)."""
-
-
-def _key(
-    name: str, type: str, default: str, doc: str, schema: Mapping[str, Any], **kw: bool
-) -> dict[str, Key]:
-    return {"key": Key(name, type, default, doc, schema, **kw)}
-
-
 def _strings(kind: Literal["define", "flag", "path", "glob"] | None = None) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "string", "minLength": 1}
     if kind is not None:
@@ -104,8 +84,6 @@ def _strings(kind: Literal["define", "flag", "path", "glob"] | None = None) -> d
     return {"type": "array", "items": item, "maxItems": MAX_ITEMS}
 
 
-_ARCH = {"type": "string", "enum": [str(a) for a in sorted(KNOWN_ARCHS)]}
-_ARCHS = {"anyOf": [_ARCH, {"type": "array", "items": _ARCH, "minItems": 1}]}
 _VERSION_SCHEMA = {"type": "string", "pattern": _VERSION}
 
 
@@ -121,7 +99,7 @@ class KernelSpec:
     folder: Path
     """Absolute path of the kernel folder, `<package_dir>/<name>`."""
     ops: str = field(
-        metadata=_key(
+        metadata=key_metadata(
             "ops",
             "identifier",
             "`<package>_<kernel>`",
@@ -131,7 +109,7 @@ class KernelSpec:
     )
     """torch.ops namespace; default `<package>_<name>`."""
     sources: tuple[Path, ...] = field(
-        metadata=_key(
+        metadata=key_metadata(
             "sources",
             "list of paths/globs",
             "required",
@@ -142,29 +120,19 @@ class KernelSpec:
     )
     """Absolute, globs expanded, sorted, de-duplicated. Empty when `missing_sources` is set."""
     arch: Mapping[str, tuple[Arch, ...]] = field(
-        metadata=_key(
+        metadata=key_metadata(
             "arch",
             "string, list or per-platform table",
             "`[tool.kernelpack] arch`",
             "exact archs: `9.0a` runs only on sm_90a, `X.Yf` is a family, plain `8.0` also "
             "runs on later minors of 8",
-            {
-                "anyOf": [
-                    *_ARCHS["anyOf"],
-                    {
-                        "type": "object",
-                        "properties": {platform: _ARCHS for platform in PLATFORMS},
-                        "additionalProperties": False,
-                        "minProperties": 1,
-                    },
-                ]
-            },
+            ARCH_SCHEMA,
         )
     )
     """Platform (`x86_64`, `aarch64`) or `ANY_PLATFORM` -> archs. Use `archs_for()`."""
     abi: Abi = field(
         default="torch",
-        metadata=_key(
+        metadata=key_metadata(
             "abi",
             '`"torch"` or `"stable"`',
             '`"torch"` (or `[tool.kernelpack] abi`)',
@@ -175,17 +143,19 @@ class KernelSpec:
     )
     description: str = field(
         default="",
-        metadata=_key("description", "string", '`""`', "one line for humans", {"type": "string"}),
+        metadata=key_metadata(
+            "description", "string", '`""`', "one line for humans", {"type": "string"}
+        ),
     )
     include_dirs: tuple[Path, ...] = field(
         default=(),
-        metadata=_key(
+        metadata=key_metadata(
             "include-dirs", "list of folders", "`[]`", "added with `-I`", _strings("path")
         ),
     )
     cxx_std: int | None = field(
         default=None,
-        metadata=_key(
+        metadata=key_metadata(
             "cxx-std",
             "17, 20 or 23",
             "17 (stable), 20 (classic with torch >= 2.14)",
@@ -196,7 +166,7 @@ class KernelSpec:
     """None: the default for the abi and torch (17 stable, 20 for torch >= 2.14 classic)."""
     stable_target: Version = field(
         default=_STABLE_TARGET_DEFAULT,
-        metadata=_key(
+        metadata=key_metadata(
             "stable-target",
             "version >= 2.10",
             '`"2.10"`',
@@ -206,7 +176,7 @@ class KernelSpec:
     )
     ptx: bool = field(
         default=False,
-        metadata=_key(
+        metadata=key_metadata(
             "ptx",
             "bool",
             "`false`",
@@ -216,7 +186,7 @@ class KernelSpec:
     )
     min_cuda: Version | None = field(
         default=None,
-        metadata=_key(
+        metadata=key_metadata(
             "min-cuda",
             "version",
             "none",
@@ -226,7 +196,7 @@ class KernelSpec:
     )
     platforms: tuple[str, ...] | None = field(
         default=None,
-        metadata=_key(
+        metadata=key_metadata(
             "platforms",
             "list of " + ", ".join(f"`{p}`" for p in PLATFORMS),
             "every platform",
@@ -237,7 +207,7 @@ class KernelSpec:
     """None: every platform."""
     depends: tuple[str, ...] = field(
         default=(),
-        metadata=_key(
+        metadata=key_metadata(
             "depends",
             "list of names",
             "`[]`",
@@ -248,7 +218,7 @@ class KernelSpec:
     )
     nvcc_flags: tuple[str, ...] = field(
         default=(),
-        metadata=_key(
+        metadata=key_metadata(
             "nvcc-flags",
             "list of strings",
             "`[]`",
@@ -259,7 +229,7 @@ class KernelSpec:
     )
     cxx_flags: tuple[str, ...] = field(
         default=(),
-        metadata=_key(
+        metadata=key_metadata(
             "cxx-flags",
             "list of strings",
             "`[]`",
@@ -269,7 +239,7 @@ class KernelSpec:
     )
     defines: Mapping[str, str] = field(
         default_factory=dict,
-        metadata=_key(
+        metadata=key_metadata(
             "defines",
             "table of string/int/bool",
             "`{}`",
@@ -289,7 +259,7 @@ class KernelSpec:
     )
     libraries: tuple[str, ...] = field(
         default=(),
-        metadata=_key(
+        metadata=key_metadata(
             "libraries",
             "list of names",
             "`[]`",
@@ -367,7 +337,7 @@ def _shell_problem(spec: KernelSpec) -> tuple[str, str] | None:
 _KEYED_FIELDS = tuple(f for f in fields(KernelSpec) if "key" in f.metadata)
 
 #: Every kernel-table key, declared on `KernelSpec`'s fields, in field order.
-KEYS: tuple[Key, ...] = tuple(f.metadata["key"] for f in _KEYED_FIELDS)
+KEYS: tuple[Key, ...] = declared_keys(KernelSpec)
 
 #: Keys a kernel table may hold.
 KERNEL_KEYS: tuple[str, ...] = tuple(key.name for key in KEYS)

@@ -21,21 +21,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from kernelpack._shell import unsafe
-from kernelpack._toml import Table, display_path, quote, read_toml
+from kernelpack._shell import pattern, unsafe
+from kernelpack._toml import (
+    ARCH_SCHEMA,
+    Key,
+    Table,
+    declared_keys,
+    display_path,
+    key_metadata,
+    quote,
+    read_toml,
+)
 from kernelpack_runtime.arch import Arch
 
-__all__ = ["BUILTIN_DEPS", "SETTINGS_KEYS", "Settings"]
+__all__ = ["BUILTIN_DEPS", "SETTINGS_KEYS", "SETTINGS_KEY_DECLARATIONS", "Settings"]
 
 #: Built-in `depends` names -> the Python package (wheel) that ships their headers.
 BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
 
-#: Keys `[tool.kernelpack]` may hold.
-SETTINGS_KEYS = ("manifest", "abi", "arch", "env-prefix", "deps")
-
 _TABLE = "tool.kernelpack"
-_ENV_PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DEP_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+_ENV_PREFIX = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_PREFIX_RE = re.compile(_ENV_PREFIX.strip("^$"))
+_DEP_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+_DEP_NAME_RE = re.compile(_DEP_NAME.strip("^$"))
 
 
 @dataclass(frozen=True)
@@ -44,15 +52,65 @@ class Settings:
 
     source: Path | None = None
     """Absolute path of the `pyproject.toml` the settings came from (for messages)."""
-    manifest: Path | None = None
+    manifest: Path | None = field(
+        default=None,
+        metadata=key_metadata(
+            "manifest",
+            "path",
+            "`<package>/kernels.toml` or `src/<package>/kernels.toml`, found from `[project].name`",
+            "the manifest (or the package folder holding it), relative to the project root",
+            {"type": "string", "minLength": 1},
+        ),
+    )
     """Absolute path of `kernels.toml` (or of the package folder holding it)."""
-    abi: Literal["torch", "stable"] | None = None
+    abi: Literal["torch", "stable"] | None = field(
+        default=None,
+        metadata=key_metadata(
+            "abi",
+            '`"torch"` or `"stable"`',
+            '`"torch"`',
+            "the default `abi` of every kernel",
+            {"enum": ["torch", "stable"]},
+        ),
+    )
     """Default `abi` of every kernel."""
-    arch: Mapping[str, tuple[Arch, ...]] | None = None
+    arch: Mapping[str, tuple[Arch, ...]] | None = field(
+        default=None,
+        metadata=key_metadata(
+            "arch",
+            "string, list or per-platform table",
+            "none",
+            "the default `arch` of every kernel",
+            ARCH_SCHEMA,
+        ),
+    )
     """Default `arch` of every kernel, keyed like `KernelSpec.arch`."""
-    env_prefix: str | None = None
+    env_prefix: str | None = field(
+        default=None,
+        metadata=key_metadata(
+            "env-prefix",
+            "identifier",
+            "the package name upper-cased",
+            "prefix of `<PREFIX>_KERNELS`, `<PREFIX>_KERNELS_REQUIRE` and `<PREFIX>_DISABLE`",
+            {"type": "string", "pattern": _ENV_PREFIX},
+        ),
+    )
     """Prefix of the selection variables; None: the package name upper-cased."""
-    deps: Mapping[str, str] = field(default_factory=dict)
+    deps: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=key_metadata(
+            "deps",
+            "table of name = folder or package",
+            "`{}`",
+            "header-only dependencies: an include folder relative to the project root, or an "
+            "installed Python package (its `include/`)",
+            {
+                "type": "object",
+                "propertyNames": {"pattern": _DEP_NAME},
+                "additionalProperties": {"type": "string", "pattern": pattern("path")},
+            },
+        ),
+    )
     """Dependency name -> include folder (relative to the project root) or Python package."""
 
     @property
@@ -131,3 +189,10 @@ def _deps(shown: str, value: Any) -> dict[str, str]:
             )
         deps[name] = target
     return deps
+
+
+#: Every `[tool.kernelpack]` key, declared on `Settings`' fields, in field order.
+SETTINGS_KEY_DECLARATIONS: tuple[Key, ...] = declared_keys(Settings)
+
+#: Keys `[tool.kernelpack]` may hold.
+SETTINGS_KEYS: tuple[str, ...] = tuple(key.name for key in SETTINGS_KEY_DECLARATIONS)

@@ -14,8 +14,10 @@ import pytest
 import tomllib
 
 from kernelpack import _schema
+from kernelpack.errors import ManifestError
 from kernelpack.manifest import KERNEL_KEYS, KEYS, KernelSpec, load
 from kernelpack.release.scaffold import Scaffold
+from kernelpack.settings import SETTINGS_KEYS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "manifests"
@@ -137,9 +139,59 @@ def test_schema_rejects_a_kernel_name_that_is_not_an_identifier(
 def test_check_option_reports_drift_and_write_repairs_it(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / _schema.DOCS, tmp_path / _schema.DOCS)
-    assert _schema.main([str(tmp_path), "--check"]) == 1  # no schema file yet
+    assert _schema.main([str(tmp_path), "--check"]) == 1  # no schema files yet
     assert _schema.main([str(tmp_path), "--write"]) == 0
     assert _schema.main([str(tmp_path), "--check"]) == 0
     docs = tmp_path / _schema.DOCS
     docs.write_text(docs.read_text().replace("| `ptx` |", "| `ptx-old` |"))
     assert _schema.main([str(tmp_path), "--check"]) == 1
+
+
+# --- [tool.kernelpack]: declared on Settings the same way --------------------------------
+
+PYPROJECTS = {
+    "llm_ops": ROOT / "examples" / "llm_ops" / "pyproject.toml",
+    "kpdemo": ROOT / "tests" / "integration" / "packages" / "kpdemo" / "pyproject.toml",
+}
+
+
+@pytest.fixture(scope="module")
+def settings_validator() -> jsonschema.Draft7Validator:
+    schema = json.loads((ROOT / _schema.SETTINGS_SCHEMA).read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_published_settings_schema_is_generated_from_the_declarations() -> None:
+    published = (ROOT / _schema.SETTINGS_SCHEMA).read_text(encoding="utf-8")
+    assert published == _schema.schema_text(_schema.settings_schema())
+
+
+def test_settings_keys_are_the_declared_fields_and_the_docs_rows() -> None:
+    declared = [f.metadata["key"].name for f in fields(Settings) if "key" in f.metadata]
+    assert list(SETTINGS_KEYS) == declared
+    docs = (ROOT / _schema.DOCS).read_text(encoding="utf-8")
+    table = docs.split("<!-- settings:begin", 1)[1].split("<!-- settings:end -->", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == declared
+
+
+@pytest.mark.parametrize("name", sorted(PYPROJECTS))
+def test_settings_schema_accepts_real_projects(
+    settings_validator: jsonschema.Draft7Validator, name: str
+) -> None:
+    data = tomllib.loads(PYPROJECTS[name].read_text(encoding="utf-8"))
+    table = data.get("tool", {}).get("kernelpack", {})
+    assert list(settings_validator.iter_errors(table)) == []
+
+
+@pytest.mark.parametrize(
+    "table",
+    [{"abii": "stable"}, {"abi": "abi3"}, {"env-prefix": "LLM OPS"}, {"deps": {"x": "a b"}}],
+)
+def test_settings_schema_rejects_what_settings_reject(
+    settings_validator: jsonschema.Draft7Validator, tmp_path: Path, table: dict[str, object]
+) -> None:
+    assert list(settings_validator.iter_errors(table)) != []
+    with pytest.raises(ManifestError):
+        Settings.from_table(table, tmp_path / "pyproject.toml")

@@ -81,11 +81,15 @@ _KEY_RE = re.compile(r"^\s*([A-Za-z0-9_\-\"'.]+?)\s*=")
 
 
 def display_path(path: Path) -> str:
-    """`path` relative to the working folder when it lies below it (short messages)."""
+    """`path` for a one-line message: relative to the working folder when it lies below it,
+    control characters (a newline in a folder name) escaped."""
     try:
-        return str(path.relative_to(Path.cwd()))
+        shown = str(path.relative_to(Path.cwd()))
     except ValueError:
-        return str(path)
+        shown = str(path)
+    if shown.isprintable():
+        return shown
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
 
 
 def describe(value: object) -> str:

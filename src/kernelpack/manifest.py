@@ -494,7 +494,7 @@ def _name_error(shown: str, name: str) -> ManifestError | None:
     if not name.isidentifier() or not name.isascii():
         return ManifestError(
             shown,
-            "the kernel name is not a Python identifier",
+            f"the kernel name is not a Python identifier{_first_bad(name)}",
             kernel=name,
             expected="expected a name such as rmsnorm (it names the kernel's folder and module)",
         )
@@ -515,6 +515,19 @@ def _name_error(shown: str, name: str) -> ManifestError | None:
     return None
 
 
+def _first_bad(name: str) -> str:
+    """` ("$" may not be in a name)` for the first character an identifier may not hold."""
+    for index, char in enumerate(name):
+        if not (char.isascii() and (char.isalnum() or char == "_")) or (
+            index == 0 and char.isdigit()
+        ):
+            shown = "a space" if char == " " else quote(char)
+            return (
+                f" ({shown} may not {'start' if index == 0 and char.isdigit() else 'be in'} a name)"
+            )
+    return ""
+
+
 # --- one parser per key -------------------------------------------------------------------
 
 
@@ -524,7 +537,11 @@ def _ops(reader: _Reader) -> str:
     if ops is None:
         return f"{reader.context.package}_{table.name}"
     if not _C_IDENTIFIER_RE.fullmatch(ops):
-        raise table.error("ops", f'"{ops}" is not an identifier', "expected e.g. llm_ops_rmsnorm")
+        raise table.error(
+            "ops",
+            f"{quote(ops)} is not an identifier{_first_bad(ops)}",
+            "expected e.g. llm_ops_rmsnorm",
+        )
     return ops
 
 
@@ -715,7 +732,9 @@ def _defines(reader: _Reader) -> dict[str, str]:
 def _define(table: Table, macro: str, item: object) -> str:
     key = f"defines.{macro}"
     if not _C_IDENTIFIER_RE.fullmatch(macro):
-        raise table.error(key, "is not a C macro name", "expected an identifier")
+        raise table.error(
+            key, f"is not a C macro name{_first_bad(macro)}", "expected an identifier"
+        )
     if isinstance(item, bool):
         return "1" if item else "0"
     if isinstance(item, int):

@@ -327,3 +327,34 @@ def test_a_kernel_spec_with_sources_outside_its_folder_is_fine(tmp_path: Path) -
     # A build.toml project keeps its sources outside the package: paths may climb.
     spec = _spec(tmp_path, sources=(tmp_path / "csrc" / "relu.cu",))
     assert spec.sources == (tmp_path / "csrc" / "relu.cu",)
+
+
+def test_a_folder_named_with_a_newline_is_one_line(tmp_path: Path) -> None:
+    odd = tmp_path / "a\nb"
+    odd.mkdir()
+    for target in (odd / "nowhere", odd):
+        result = subprocess.run(
+            [str(KERNELPACK), "check", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert "a\\nb" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [
+        ('["a b"]', "(a space may not be in a name)"),
+        ('["x$y"]', '("$" may not be in a name)'),
+        ('["a:b"]', '(":" may not be in a name)'),
+        ('["it\'s"]', '("\'" may not be in a name)'),
+        ('["1x"]', '("1" may not start a name)'),
+    ],
+)
+def test_a_kernel_name_error_names_the_character(package: Path, header: str, fragment: str) -> None:
+    (line,) = _problems(package, GOOD.replace("[k]", header))
+    assert f"the kernel name is not a Python identifier {fragment}" in line

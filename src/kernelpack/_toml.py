@@ -197,24 +197,25 @@ class Document:
         return found
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, *, max_bytes: int | None = None) -> dict[str, Any]:
     """Parse `path`; a syntax error names its line, column and (when known) table and key."""
-    return read_document(path).data
+    return read_document(path, max_bytes=max_bytes).data
 
 
-def read_document(path: Path) -> Document:
-    """Parse `path`, keeping its text; any problem is one `ManifestError` line."""
+def read_document(path: Path, *, max_bytes: int | None = None) -> Document:
+    """Parse `path`, keeping its text; any problem is one `ManifestError` line. `max_bytes`:
+    refuse a larger file before reading it (manifests: `MAX_BYTES`; a uv.lock may be larger)."""
     shown = display_path(path)
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
             raise ManifestError(shown, "is not a regular file", expected="expected a TOML file")
-        if info.st_size > MAX_BYTES:
+        if max_bytes is not None and info.st_size > max_bytes:
             size = info.st_size / 1024 / 1024
             raise ManifestError(
                 shown,
                 f"is {size:.1f} MiB",
-                expected=f"expected a TOML file of at most {MAX_BYTES // 1024 // 1024} MiB",
+                expected=f"expected a TOML file of at most {max_bytes / 1024 / 1024:g} MiB",
             )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

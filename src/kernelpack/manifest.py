@@ -28,6 +28,7 @@ from kernelpack._shell import pattern, unsafe
 from kernelpack._toml import (
     ANY_PLATFORM,
     ARCH_SCHEMA,
+    MAX_BYTES,
     MAX_ITEMS,
     PLATFORMS,
     Key,
@@ -386,7 +387,7 @@ def load(
     """
     path = Path(path).absolute()
     shown = display_path(path)
-    document = read_document(path)
+    document = read_document(path, max_bytes=MAX_BYTES)
     data = document.data
     package_dir = path.parent
     package = package_dir.name

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelpack._toml import read_toml
 from kernelpack.errors import ManifestError, ManifestErrors
 from kernelpack.manifest import ANY_PLATFORM, KernelSpec, load
 from kernelpack.settings import Settings
@@ -358,3 +359,13 @@ def test_a_folder_named_with_a_newline_is_one_line(tmp_path: Path) -> None:
 def test_a_kernel_name_error_names_the_character(package: Path, header: str, fragment: str) -> None:
     (line,) = _problems(package, GOOD.replace("[k]", header))
     assert f"the kernel name is not a Python identifier {fragment}" in line
+
+
+def test_the_size_limit_is_the_manifests_only(tmp_path: Path) -> None:
+    # A uv.lock of a large project passes 1 MiB; only kernels.toml is held to it.
+    lock = tmp_path / "uv.lock"
+    lock.write_text(
+        "".join(f'[[package]]\nname = "p{i}"\nversion = "1.0"\n' for i in range(60_000))
+    )
+    assert lock.stat().st_size > 1024 * 1024
+    assert len(read_toml(lock)["package"]) == 60_000

@@ -435,6 +435,8 @@ class _Context:
     """The package folder with symlinks resolved: nothing may point outside it."""
     settings: Settings
     allow_missing_sources: bool
+    resolved: dict[Path, Path] = field(default_factory=dict)
+    """Folder -> the folder with symlinks resolved (a cache for `_resolve`)."""
 
 
 @dataclass
@@ -640,6 +642,8 @@ def _sources(reader: _Reader) -> tuple[Path, ...]:
     found: dict[Path, None] = {}
     for entry in dict.fromkeys(patterns):
         _check_path(reader, "sources", entry, "glob")
+        if "sources" in reader.missing:
+            continue  # one absent file says it: the rest only need the checks above
         if _GLOB_CHARS.intersection(entry):
             matches = sorted(p for p in folder.glob(entry) if p.is_file())
             if not matches:
@@ -662,6 +666,8 @@ def _include_dirs(reader: _Reader) -> tuple[Path, ...]:
     dirs: dict[Path, None] = {}
     for entry in dict.fromkeys(reader.table.strings("include-dirs", expected="folders")):
         _check_path(reader, "include-dirs", entry, "path")
+        if "include-dirs" in reader.missing:
+            continue
         include = _checked(reader, "include-dirs", entry, reader.folder / entry)
         if not include.exists():
             reader.missing.setdefault("include-dirs", f'"{entry}" does not exist')
@@ -704,13 +710,26 @@ def _check_match(reader: _Reader, entry: str, match: Path) -> None:
 def _checked(reader: _Reader, key: str, entry: str, path: Path) -> Path:
     """`path` normalised; raise when it (or a symlink on the way) leaves the package."""
     normal = Path(os.path.normpath(path))
-    if not is_inside(normal.resolve(), reader.context.root):
+    if not os.path.lexists(normal):
+        return normal  # absent: reported as missing, never read
+    real = _resolve(reader.context, normal)
+    if not is_inside(real, reader.context.root):
         raise reader.table.error(
             key,
-            f'"{entry}" resolves outside the package (symlink to {normal.resolve()})',
+            f'"{entry}" resolves outside the package (symlink to {real})',
             f"expected a path inside {display_path(reader.context.package_dir)}",
         )
     return normal
+
+
+def _resolve(context: _Context, path: Path) -> Path:
+    """`path.resolve()`, resolving each folder once (a kernel lists many files of one)."""
+    if path.is_symlink():
+        return path.resolve()
+    parent = context.resolved.get(path.parent)
+    if parent is None:
+        parent = context.resolved[path.parent] = path.parent.resolve()
+    return parent / path.name
 
 
 def _defines(reader: _Reader) -> dict[str, str]:

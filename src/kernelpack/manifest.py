@@ -44,6 +44,7 @@ from kernelpack._toml import (
 from kernelpack.errors import ManifestError, ManifestErrors
 from kernelpack.settings import Settings
 from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "ALL_PLATFORMS",
@@ -271,6 +272,20 @@ class KernelSpec:
     missing_sources: str | None = None
     """Set (to a one-line message) only when loaded with `allow_missing_sources=True` and a
     source is absent, e.g. an uninitialised git submodule; the plan skips `sources-missing`."""
+    module: str = "_C"
+    """The extension module's name: `TORCH_EXTENSION_NAME`, the `PyInit_<module>` symbol and
+    the library's file name. `_C` for every `kernels.toml` kernel; a `build.toml` project's
+    library is `_<name>_<hash>`, as kernel-builder names it."""
+    max_cuda: Version | None = None
+    """Skip (`cuda-mismatch`) when nvcc is newer (`build.toml`'s `[general.cuda].maxver`)."""
+    loose_archs: bool = False
+    """`arch` is a wish list (`build.toml`): build the archs this nvcc can build and skip
+    (`arch-unsupported`) only when none is left."""
+    skip: Reason | None = None
+    """A skip the manifest itself decides (a `build.toml` kernel for another backend)."""
+    generated_headers: Mapping[str, str] = field(default_factory=dict)
+    """Header name -> text, written into a build-folder include directory that is on this
+    kernel's include path (`registration.h` for a `build.toml` project that ships none)."""
 
     def __post_init__(self) -> None:
         # Whatever reader made this spec (kernels.toml, another format), no value of it may
@@ -354,6 +369,9 @@ class Manifest:
     """Import name of the kernel package (the folder holding `kernels.toml`)."""
     package_dir: Path
     kernels: tuple[KernelSpec, ...]
+    generated: Mapping[str, str] = field(default_factory=dict)
+    """Files the build writes into the package (path relative to it -> text), e.g. the
+    `_ops.py` kernel-builder generates; installed in place and packed into the wheel."""
 
     def kernel(self, name: str) -> KernelSpec:
         for spec in self.kernels:

@@ -336,6 +336,9 @@ def decide(
 
 def _decide(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> KernelPlan:
     archs = spec.archs_for(toolchain.machine) or ()
+    if spec.loose_archs:
+        buildable = tuple(a for a in archs if a.sm in toolchain.nvcc_targets)
+        archs = buildable or archs  # none left: the arch-unsupported skip names them all
     skip = _skip_reason(spec, archs, toolchain, selection)
     if skip is not None:
         return KernelPlan(spec=spec, skip=skip, archs=archs)
@@ -360,6 +363,8 @@ def _skip_reason(
             "not-selected",
             f"not in {selection.origin} ({', '.join(sorted(selection.kernels))})",
         )
+    if spec.skip is not None:
+        return spec.skip
     if spec.missing_sources is not None:
         return Reason("sources-missing", spec.missing_sources)
     if spec.platforms is not None and machine not in spec.platforms:
@@ -398,6 +403,11 @@ def _skip_reason(
         return Reason(
             "cuda-too-old",
             f"needs CUDA >= {spec.min_cuda} (min-cuda), nvcc is CUDA {cuda}",
+        )
+    if spec.max_cuda is not None and cuda > spec.max_cuda:
+        return Reason(
+            "cuda-mismatch",
+            f"needs CUDA <= {spec.max_cuda} (maxver), nvcc is CUDA {cuda}",
         )
     wanted = [arch.sm for arch in archs]
     if spec.ptx and archs:

@@ -1,22 +1,25 @@
 """`Project`: where a kernel package lives, found from the PATH a user gives.
 
-PATH is a `kernels.toml`, a package folder holding one, or a project folder whose
-`pyproject.toml` has `[tool.kernelpack]` (default: the current folder). The project root is
-the folder of `pyproject.toml`: next to the package folder (flat layout) or above `src/`
-(src layout). A manifest with no such `pyproject.toml` is a project of its own, rooted at the
-package folder's parent.
+PATH is a `kernels.toml`, a package folder holding one, a project folder whose
+`pyproject.toml` has `[tool.kernelpack]`, a repository root whose `pyproject.toml` names the
+package (`[project].name` -> `<name>/kernels.toml` or `src/<name>/kernels.toml`), or a
+Hugging Face kernel-builder project (its `build.toml` or the folder holding it); default: the
+current folder. The project root is the folder of `pyproject.toml` (or of `build.toml`): next
+to the package folder (flat layout) or above `src/` (src layout). A manifest with no such
+`pyproject.toml` is a project of its own, rooted at the package folder's parent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from kernelpack import buildtoml
 from kernelpack._toml import display_path, read_toml
 from kernelpack.errors import ManifestError, UsageError
 from kernelpack.manifest import Manifest, load
@@ -29,13 +32,14 @@ MANIFEST_NAME = "kernels.toml"
 
 #: What a PATH argument (`kernelpack check|doctor|build [PATH]`) may name, for `--help`.
 PATH_HELP = (
-    f"a {MANIFEST_NAME}, a package folder holding one, or a project folder whose "
-    "pyproject.toml has [tool.kernelpack] (default: the current folder)"
+    f"a {MANIFEST_NAME}, a package folder holding one, a project folder (pyproject.toml "
+    "with [tool.kernelpack] or naming the package), or a kernel-builder build.toml or its "
+    "folder (default: the current folder)"
 )
 
 _EXPECTED = (
-    f"expected a {MANIFEST_NAME}, a package folder holding one, "
-    "or a project folder whose pyproject.toml has [tool.kernelpack]"
+    f"expected a {MANIFEST_NAME}, a package folder holding one, a project folder whose "
+    "pyproject.toml has [tool.kernelpack] or names the package, or a kernel-builder build.toml"
 )
 
 
@@ -58,6 +62,9 @@ class Project:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The `[project]` table of `pyproject.toml` as parsed (empty without one): what the
     wheel's METADATA and the abi3 floor (`requires-python`) are written from."""
+    found: str | None = None
+    """How the manifest was found when PATH did not name it (said once by the CLI), e.g.
+    `prime_kernels/kernels.toml (from [project].name "prime-kernels")`."""
 
     @property
     def env_prefix(self) -> str:
@@ -83,9 +90,15 @@ class Project:
                 return max(floor, (3, minor))
         return floor
 
+    @property
+    def is_build_toml(self) -> bool:
+        """Whether the manifest is a kernel-builder `build.toml`."""
+        return self.manifest_path.name == buildtoml.BUILD_TOML
+
     def load_manifest(self, *, allow_missing_sources: bool = False) -> Manifest:
-        """Parse this project's `kernels.toml` with its settings."""
-        return load(
+        """Parse this project's `kernels.toml` (or `build.toml`) with its settings."""
+        reader = buildtoml.load if self.is_build_toml else load
+        return reader(
             self.manifest_path,
             settings=self.settings,
             allow_missing_sources=allow_missing_sources,
@@ -99,16 +112,62 @@ def locate(path: Path | None = None) -> Project:
     if target.is_file():
         if target.name == "pyproject.toml":
             return _from_pyproject(target)
+        if target.name == buildtoml.BUILD_TOML:
+            return _from_build_toml(target)
         if target.suffix != ".toml":
             raise UsageError(f"{shown}: not a TOML file; {_EXPECTED}")
         return _from_manifest(target)
     if target.is_dir():
         if (target / MANIFEST_NAME).is_file():
             return _from_manifest(target / MANIFEST_NAME)
-        if (target / "pyproject.toml").is_file():
-            return _from_pyproject(target / "pyproject.toml")
-        raise UsageError(f"{shown}: no {MANIFEST_NAME} or pyproject.toml here; {_EXPECTED}")
+        pyproject = target / "pyproject.toml"
+        build_toml = target / buildtoml.BUILD_TOML
+        if build_toml.is_file() and not (pyproject.is_file() and _has_tool_table(pyproject)):
+            project = _from_build_toml(build_toml)
+            return replace(project, found=f"{display_path(build_toml)} (kernel-builder)")
+        if pyproject.is_file():
+            return _from_pyproject(pyproject)
+        raise UsageError(
+            f"{shown}: no {MANIFEST_NAME}, pyproject.toml or {buildtoml.BUILD_TOML} here; "
+            f"{_EXPECTED}"
+        )
     raise UsageError(f"{shown}: does not exist; {_EXPECTED}")
+
+
+def _has_tool_table(pyproject: Path) -> bool:
+    tool = read_toml(pyproject).get("tool")
+    return isinstance(tool, dict) and "kernelpack" in tool
+
+
+def _from_build_toml(path: Path) -> Project:
+    """A kernel-builder project: its package is `torch-ext/<name>`; a `pyproject.toml` next to
+    `build.toml` (if any) gives `[project]` metadata and `[tool.kernelpack]` settings."""
+    facts = buildtoml.read(path)
+    root = facts.root
+    pyproject: Path | None = root / "pyproject.toml"
+    data: dict[str, Any] = {}
+    settings = Settings()
+    if pyproject is not None and pyproject.is_file():
+        data = read_toml(pyproject)
+        settings = Settings.from_pyproject(pyproject, data) or Settings(source=pyproject)
+    else:
+        pyproject = None
+    table = dict(_project_table(data))
+    table.setdefault("name", facts.name)
+    table.setdefault("version", str(facts.version))
+    if facts.license is not None:
+        table.setdefault("license", facts.license)
+    return Project(
+        root=root,
+        pyproject=pyproject,
+        dist_name=canonicalize_name(str(table["name"])),
+        version=str(table["version"]),
+        manifest_path=facts.path,
+        package=facts.python_name,
+        package_dir=facts.package_dir,
+        settings=settings,
+        metadata=table,
+    )
 
 
 def _from_manifest(manifest: Path) -> Project:
@@ -137,9 +196,12 @@ def _from_pyproject(pyproject: Path) -> Project:
     data = read_toml(pyproject)
     settings = Settings.from_pyproject(pyproject, data)
     if settings is None:
-        raise UsageError(
-            f"{shown}: no [tool.kernelpack] table and no {MANIFEST_NAME} next to it; {_EXPECTED}"
-        )
+        if (root / buildtoml.BUILD_TOML).is_file():
+            project = _from_build_toml(root / buildtoml.BUILD_TOML)
+            return replace(project, found=f"{display_path(project.manifest_path)} (kernel-builder)")
+        manifest, found = _by_project_name(root, data, shown)
+        project = _project(root, pyproject, data, manifest, Settings(source=pyproject))
+        return replace(project, found=found)
     if settings.manifest is not None:
         manifest = _manifest_file(settings.manifest)
         if not manifest.is_file():
@@ -153,6 +215,34 @@ def _from_pyproject(pyproject: Path) -> Project:
             )
         return _project(root, pyproject, data, manifest, settings)
     return _project(root, pyproject, data, _find_manifest(root, data, shown), settings)
+
+
+def _by_project_name(root: Path, data: dict[str, Any], shown: str) -> tuple[Path, str]:
+    """A repository root without `[tool.kernelpack]` (the seed's layout): the manifest is
+    `<name>/kernels.toml` or `src/<name>/kernels.toml`, `<name>` from `[project].name`."""
+    name = _project_table(data).get("name")
+    if not isinstance(name, str):
+        raise ManifestError(
+            shown,
+            f"no [tool.kernelpack] table and no [project].name to find the {MANIFEST_NAME} by",
+            expected='expected [tool.kernelpack] manifest = "<package>/kernels.toml"',
+        )
+    package = canonicalize_name(name).replace("-", "_")
+    looked = [f"{package}/{MANIFEST_NAME}", f"src/{package}/{MANIFEST_NAME}"]
+    found = [root / rel for rel in looked if (root / rel).is_file()]
+    if len(found) != 1:
+        problem = (
+            f"found both {looked[0]} and {looked[1]}"
+            if found
+            else f"found neither {looked[0]} nor {looked[1]}"
+        )
+        raise ManifestError(
+            shown,
+            f'no [tool.kernelpack] table, and [project].name "{name}": {problem}',
+            expected=f'expected [tool.kernelpack] manifest = "<package>/{MANIFEST_NAME}"',
+        )
+    relative = found[0].relative_to(root).as_posix()
+    return found[0], f'{relative} (from [project].name "{name}" in {shown})'
 
 
 def _find_manifest(root: Path, data: dict[str, Any], shown: str) -> Path:

@@ -215,8 +215,8 @@ def test_init_of_a_src_layout_package_names_its_folder(
     (package / "kernels.toml").write_text('[gemm]\nsources = ["csrc/g.cu"]\narch = ["9.0a"]\n')
     (package / "gemm" / "csrc" / "g.cu").touch()
     monkeypatch.chdir(tmp_path)
-    assert main(["bazel", "init", "kernels"]) == 2  # no [tool.kernelpack]: name the package
-    assert main(["bazel", "init", "kernels/src/mai_kernels"]) == 0
+    # No [tool.kernelpack]: the package is found from [project].name (src/mai_kernels).
+    assert main(["bazel", "init", "kernels"]) == 0
     build = (tmp_path / "kernels" / "BUILD.bazel").read_text()
     assert 'package = "src/mai_kernels",' in build
     assert "# gazelle:exclude src/mai_kernels/gemm/csrc" in build

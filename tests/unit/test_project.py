@@ -198,7 +198,9 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_empty_folder_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    _assert_one_line_usage_error(tmp_path / "empty", "no kernels.toml or pyproject.toml here")
+    _assert_one_line_usage_error(
+        tmp_path / "empty", "no kernels.toml, pyproject.toml or build.toml here"
+    )
 
 
 def test_pyproject_without_tool_kernelpack_is_a_usage_error(tmp_path: Path) -> None:

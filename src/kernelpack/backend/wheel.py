@@ -201,9 +201,16 @@ def write_wheel(
         members.append((f"_{_dist(project)}_editable.pth", f"{editable_path}\n".encode()))
         platform_name = provisional_platform()
     else:
-        members += [(arcname, file) for file, arcname in package_files(project)]
+        generated = {f"{package}/{rel}": staged for rel, staged in result.generated.items()}
+        members += [
+            (arcname, file)
+            for file, arcname in package_files(project)
+            if arcname not in generated  # a copy left by an in-place build
+        ]
+        members += list(generated.items())
         for kernel, staged in result.libraries.items():
-            members.append((f"{package}/{kernel}/{staged.name}", staged))
+            library = result.record.kernels[kernel].library or f"{kernel}/{staged.name}"
+            members.append((f"{package}/{library}", staged))
         members.append((f"{package}/{RECORD_FILENAME}", result.record.dumps().encode("utf-8")))
         found = platform_tag(list(result.libraries.values()))
         if found.warning:

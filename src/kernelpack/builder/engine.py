@@ -18,7 +18,7 @@ import sysconfig
 import time
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -47,12 +47,11 @@ __all__ = [
     "compile_plan",
     "install_inplace",
     "library_name",
+    "library_path",
     "sources_sha256",
 ]
 
-_LIBRARY_RE = re.compile(r"^_C(\..*)?\.so$")
-# The link step's temporary output (graph.py) and the module init's atomic writes.
-_LINK_TEMP = re.compile(r"_C(\.[^/]*)?\.so\.tmp")
+# The module init's atomic writes (the link's temporaries follow the library's name).
 _GEN_TEMP = install.temp_of("_C_init.c")
 
 
@@ -86,6 +85,8 @@ class BuildResult:
     """The build folder (absolute) that holds the staged libraries."""
     cache: CacheStats | None = None
     """What the compiler cache did in this build (None: no launcher, or nothing compiled)."""
+    generated: dict[str, Path] = field(default_factory=dict)
+    """Generated package file (path relative to the package, e.g. `_ops.py`) -> staged copy."""
 
     @property
     def compiled(self) -> tuple[Step, ...]:
@@ -94,17 +95,26 @@ class BuildResult:
 
 
 def library_name(kernel: KernelPlan) -> str:
-    """`_C.abi3.so` for a stable kernel, `_C<EXT_SUFFIX>` (e.g. `.cpython-311-…so`) else."""
+    """`_C.abi3.so` for a stable kernel, `_C<EXT_SUFFIX>` (e.g. `.cpython-311-…so`) else
+    (`_C` is the kernel's module name: another for a `build.toml` project's library)."""
     if kernel.spec.abi == "stable":
-        return "_C.abi3.so"
-    return "_C" + str(sysconfig.get_config_var("EXT_SUFFIX"))
+        return f"{kernel.spec.module}.abi3.so"
+    return kernel.spec.module + str(sysconfig.get_config_var("EXT_SUFFIX"))
+
+
+def library_path(kernel: KernelPlan, package_dir: Path) -> str:
+    """Where the library goes, relative to the package: `rmsnorm/_C.abi3.so` (the kernel's
+    folder), or `_relu_1a2b3c4.abi3.so` for a kernel whose folder is the package itself."""
+    folder = Path(os.path.relpath(kernel.spec.folder, package_dir))
+    return (folder / library_name(kernel)).as_posix()
 
 
 def sources_sha256(kernel: KernelPlan, package_dir: Path) -> str:
     """SHA-256 over the kernel's sources and the headers in its folder and include dirs.
 
-    Each file contributes its path relative to the package and its bytes, so the digest is the
-    same in every clone.
+    Each file contributes its path relative to the package (`../../csrc/x.cu` for a source
+    outside it, as in a `build.toml` project) and its bytes, so the digest is the same in
+    every clone.
     """
     spec = kernel.spec
     files = set(spec.sources)
@@ -113,10 +123,7 @@ def sources_sha256(kernel: KernelPlan, package_dir: Path) -> str:
             files.update(p for p in folder.rglob("*") if is_header(p) and p.is_file())
     digest = hashlib.sha256()
     for path in sorted(files):
-        try:
-            name = path.relative_to(package_dir).as_posix()
-        except ValueError:
-            name = path.as_posix()
+        name = Path(os.path.relpath(path, package_dir)).as_posix()
         digest.update(name.encode() + b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
@@ -136,13 +143,17 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
     stats: CacheStats | None = None
     with build_lock(build_dir) as lock:
         _remove_stale_temps(plan, build_dir)
+        generated = _write_generated(plan, build_dir)
         if to_build:
             if toolchain.nvcc is None:
                 raise BuildError("nvcc is needed to build kernels but none was found")
             nodes = []
             for kernel in to_build:
+                headers = _write_headers(kernel, build_dir)
+                if headers:
+                    kernel = replace(kernel, dep_include_dirs=(*headers, *kernel.dep_include_dirs))
                 flags = kernel_flags(kernel, toolchain, limited_api=plan.python_floor)
-                sources = list(kernel.spec.sources)
+                sources = [s for s in kernel.spec.sources if not is_header(s)]
                 if not modinit.defines_module_init(sources):
                     sources.append(_write_modinit(kernel, build_dir, plan.python_floor))
                 library = f"lib/{kernel.name}/{library_name(kernel)}"
@@ -154,6 +165,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                         flags=flags,
                         library=library,
                         package_dir=package_dir,
+                        root=options.root.absolute(),
                     )
                 )
             jobs = options.jobs or toolchain.jobs
@@ -205,6 +217,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         plan=plan,
         record=record,
         libraries=libraries,
+        generated=generated,
         steps=steps,
         seconds=time.monotonic() - started,
         build_dir=build_dir,
@@ -261,9 +274,18 @@ def _remove_stale_temps(plan: BuildPlan, build_dir: Path) -> None:
     package_dir = plan.manifest.package_dir
     install.remove_stale_temps(package_dir, install.temp_of(RECORD_FILENAME))
     for kernel in plan.kernels:
-        install.remove_stale_temps(package_dir / kernel.name, install.LIBRARY_TEMP)
-        install.remove_stale_temps(build_dir / "lib" / kernel.name, _LINK_TEMP)
-        install.remove_stale_temps(build_dir / "gen" / kernel.name, _GEN_TEMP)
+        module = kernel.spec.module
+        library_temp = (
+            install.LIBRARY_TEMP if module == "_C" else install.temp_of(library_name(kernel))
+        )
+        install.remove_stale_temps(kernel.spec.folder, library_temp)
+        link_temp = re.compile(re.escape(module) + r"(\.[^/]*)?\.so\.tmp")
+        install.remove_stale_temps(build_dir / "lib" / kernel.name, link_temp)
+        gen_temp = _GEN_TEMP if module == "_C" else install.temp_of(f"{module}_init.c")
+        install.remove_stale_temps(build_dir / "gen" / kernel.name, gen_temp)
+    for relative in plan.manifest.generated:
+        where = (package_dir / relative).parent
+        install.remove_stale_temps(where, install.temp_of(Path(relative).name))
     install.remove_stale_temps(build_dir, install.temp_of(graph.FILENAME))
 
 
@@ -320,13 +342,19 @@ def _install(result: BuildResult) -> list[Path]:
     package_dir = result.plan.manifest.package_dir
     changed: list[Path] = []
     for name, staged in result.libraries.items():
-        destination = package_dir / name / staged.name
+        kernel = result.plan.kernel(name)
+        destination = package_dir / library_path(kernel, package_dir)
         if install.install_library(staged, destination):
             changed.append(destination)
+        stale = re.compile(rf"^{re.escape(kernel.spec.module)}(\..*)?\.so$")
         for other in destination.parent.iterdir():
-            if other != destination and _LIBRARY_RE.match(other.name):
+            if other != destination and stale.match(other.name):
                 other.unlink()
                 changed.append(other)
+    for relative, staged in result.generated.items():
+        destination = package_dir / relative
+        if install.install_file(staged, destination):
+            changed.append(destination)
     record_path = package_dir / RECORD_FILENAME
     text = result.record.dumps()
     if _read_bytes(record_path) != text.encode("utf-8"):
@@ -348,7 +376,7 @@ def _kernel_record(kernel: KernelPlan, package_dir: Path) -> KernelRecord:
         ),
         archs=tuple(str(a) for a in kernel.archs),
         ptx=spec.ptx,
-        library=f"{spec.name}/{library_name(kernel)}",
+        library=library_path(kernel, package_dir),
         sources_sha256=sources_sha256(kernel, package_dir),
         namespace=spec.ops,
     )
@@ -369,9 +397,31 @@ def _toolchain_record(plan: BuildPlan) -> ToolchainRecord:
 
 def _write_modinit(kernel: KernelPlan, build_dir: Path, floor: tuple[int, int]) -> Path:
     limited = limited_api_hex(floor) if kernel.spec.abi == "stable" else None
-    path = build_dir / "gen" / kernel.name / "_C_init.c"
-    _write_if_changed(path, modinit.source(kernel.name, limited_api=limited))
+    path = build_dir / "gen" / kernel.name / f"{kernel.spec.module}_init.c"
+    _write_if_changed(
+        path, modinit.source(kernel.name, limited_api=limited, module=kernel.spec.module)
+    )
     return path
+
+
+def _write_headers(kernel: KernelPlan, build_dir: Path) -> tuple[Path, ...]:
+    """Write the kernel's generated headers; return their include folder (if any)."""
+    if not kernel.spec.generated_headers:
+        return ()
+    folder = build_dir / "gen" / kernel.name / "include"
+    for name, text in kernel.spec.generated_headers.items():
+        _write_if_changed(folder / name, text)
+    return (folder,)
+
+
+def _write_generated(plan: BuildPlan, build_dir: Path) -> dict[str, Path]:
+    """Stage the manifest's generated package files (`_ops.py`) in the build folder."""
+    staged: dict[str, Path] = {}
+    for relative, text in plan.manifest.generated.items():
+        path = build_dir / "gen" / "package" / relative
+        _write_if_changed(path, text)
+        staged[relative] = path
+    return staged
 
 
 def _write_if_changed(path: Path, text: str) -> None:

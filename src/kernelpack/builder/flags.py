@@ -78,7 +78,7 @@ def kernel_flags(
         raise BuildError(f"torch's extension flags are needed to build kernels: {why}")
     spec = kernel.spec
     stable = spec.abi == "stable"
-    defines = [f"-DKERNELPACK_NS={spec.ops}", "-DTORCH_EXTENSION_NAME=_C"]
+    defines = [f"-DKERNELPACK_NS={spec.ops}", f"-DTORCH_EXTENSION_NAME={spec.module}"]
     if stable:
         defines += [
             f"-DTORCH_TARGET_VERSION={stable_target_hex(spec.stable_target)}",

@@ -76,14 +76,20 @@ class GraphKernel:
     library: str
     """Output path relative to the build folder, e.g. `lib/rmsnorm/_C.abi3.so`."""
     package_dir: Path
+    root: Path | None = None
+    """The project root, for sources outside the package (a `build.toml` project's)."""
 
     def object_for(self, source: Path, build_dir: Path) -> str:
         """Object path (relative to the build folder) of one source."""
-        try:
-            rel = source.relative_to(self.package_dir).as_posix()
-        except ValueError:
-            rel = source.relative_to(build_dir).as_posix()
-        return f"obj/{self.name}/{rel}.o"
+        for base, prefix in ((self.package_dir, ""), (build_dir, ""), (self.root, "_root/")):
+            if base is None:
+                continue
+            try:
+                rel = prefix + source.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            return f"obj/{self.name}/{rel}.o"
+        raise ValueError(f"{source} lies outside the project {self.root or self.package_dir}")
 
 
 def render(

@@ -63,6 +63,8 @@ def _build(args: argparse.Namespace) -> int:
         raise UsageError(f"-j {args.jobs}: expected a positive number of jobs")
     kernels = None if args.kernels is None else parse_kernels(args.kernels, "--kernels")
     project = locate(args.path)
+    if project.found:
+        print(f"kernelpack build: using {project.found}", file=sys.stderr)
     validate_project(project)
     result = engine.build_project(
         project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
@@ -78,3 +80,4 @@ def _build(args: argparse.Namespace) -> int:
     report.print_summary(result, console, wheel=path)
     print(path)
     return 0
+

@@ -42,6 +42,8 @@ MAX_ERRORS = 20
 def run(args: argparse.Namespace) -> int:
     """Validate; print a summary (or JSON), or every problem on stderr (exit 2)."""
     project = locate(args.path)
+    if project.found:
+        print(f"kernelpack check: using {project.found}", file=sys.stderr)
     try:
         manifest = project.load_manifest(allow_missing_sources=False)
     except ManifestError as exc:

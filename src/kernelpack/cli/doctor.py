@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if project is None:
         toolchain, report = detect(), None
     else:
+        if project.found:
+            print(f"kernelpack doctor: using {project.found}", file=sys.stderr)
         plan = plan_project(project, strict=False)
         toolchain, report = plan.toolchain, Report(project, plan)
     if args.json:

@@ -548,11 +548,16 @@ class _Reader:
         capabilities = _same(self.shown, cuda, "cuda-capabilities", lambda k: k.capabilities)
         nvcc_flags = _same(self.shown, cuda, "cuda-flags", lambda k: k.cuda_flags) or ()
         cxx_flags = _same(self.shown, cuda, "cxx-flags", lambda k: k.cxx_flags) or ()
-        wanted = capabilities or tuple(
-            f"{c}+PTX" if c == "12.0" else c for c in DEFAULT_CAPABILITIES
-        )
-        archs = tuple(sorted({Arch.parse(c.removesuffix("+PTX")) for c in wanted}))
-        ptx = any(c.endswith("+PTX") for c in wanted)
+        arch: Mapping[str, tuple[Arch, ...]]
+        if capabilities is None and self.settings.arch is not None:
+            arch, ptx = self.settings.arch, False  # [tool.kernelpack] arch: the project's default
+        else:
+            wanted = capabilities or tuple(
+                f"{c}+PTX" if c == DEFAULT_CAPABILITIES[-1] else c for c in DEFAULT_CAPABILITIES
+            )
+            parsed = {Arch.parse(c.removesuffix("+PTX")) for c in wanted}
+            arch = {ANY_PLATFORM: tuple(sorted(parsed))}
+            ptx = any(c.endswith("+PTX") for c in wanted)
         for kernel in cuda:
             if kernel.min_cuda is not None and (min_cuda is None or kernel.min_cuda > min_cuda):
                 min_cuda = kernel.min_cuda
@@ -574,7 +579,7 @@ class _Reader:
             folder=self.project.package_dir,
             ops=ns,
             sources=() if missing else tuple(sources),
-            arch={ANY_PLATFORM: archs},
+            arch=arch,
             abi="stable" if stable is not None else "torch",
             description=f"kernel-builder project {self.project.name} (CUDA kernels: {names})",
             include_dirs=tuple(includes),

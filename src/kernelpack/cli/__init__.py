@@ -18,7 +18,19 @@ from kernelpack.errors import Interrupted, KernelpackError
 __all__ = ["main"]
 
 #: Verb modules, in help order. A verb whose module is not there yet is left out.
-_VERBS = ("check", "doctor", "build", "status", "new", "pin", "contract", "bazel", "bridge", "ci")
+_VERBS = (
+    "check",
+    "doctor",
+    "build",
+    "status",
+    "new",
+    "migrate",
+    "pin",
+    "contract",
+    "bazel",
+    "bridge",
+    "ci",
+)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,272 @@
+"""Moving a kernel-builder project (`build.toml`) to kernelpack's own layout, for good.
+
+`plan()` computes every file the move writes, without writing; `Migration.write()` writes
+them, each atomically, after checking that none exists yet (unless `force`). The result is
+the layout `kernels.toml` describes: the package stays `torch-ext/<name>/`; its one kernel
+`_ops` (the module kernel-builder's generated `_ops.py` was) becomes a subpackage
+`torch-ext/<name>/_ops/` holding a copy of every CUDA source under `csrc/` (paths below the
+project root kept) and an `__init__.py` with the same `ops` and `add_op_namespace_prefix`.
+The library keeps the namespace the `build.toml` build gives it, so both builds register the
+same ops. `pyproject.toml` names kernelpack's backend and the manifest.
+
+What `kernels.toml` cannot say is reported, not silently dropped: kernels of other backends,
+`[general.cuda].maxver`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelpack import buildtoml
+from kernelpack._toml import display_path
+from kernelpack.errors import UsageError
+from kernelpack.manifest import ANY_PLATFORM, KernelSpec
+from kernelpack.project import MANIFEST_NAME, Project
+from kernelpack_runtime._files import write_text_atomic
+
+__all__ = ["Migration", "plan"]
+
+_HEADERS = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl", ".inc", ".tcc"})
+# What the migrated package needs at run time besides its own [project] dependencies.
+_RUNTIME_DEPENDENCIES = ("torch", "kernelpack-runtime")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Every file a migration writes or copies, and what it could not carry over."""
+
+    root: Path
+    texts: dict[Path, str] = field(default_factory=dict)
+    """Absolute path -> text to write."""
+    copies: dict[Path, Path] = field(default_factory=dict)
+    """Absolute destination -> source file to copy."""
+    notes: tuple[str, ...] = ()
+    """What `kernels.toml` cannot express (kernels of other backends, `maxver`)."""
+    replaces: tuple[Path, ...] = ()
+    """Generated files of an earlier build.toml build that the new layout shadows."""
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(sorted({*self.texts, *self.copies}))
+
+    def conflicts(self) -> tuple[Path, ...]:
+        """The files this migration would overwrite (or shadow)."""
+        return tuple(p for p in (*self.files, *self.replaces) if p.exists() or p.is_symlink())
+
+    def write(self, *, force: bool = False) -> tuple[Path, ...]:
+        """Write every file; without `force`, raise `UsageError` (nothing written) when any
+        exists. Returns the files written."""
+        conflicts = self.conflicts()
+        if conflicts and not force:
+            more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+            raise UsageError(
+                f"{display_path(conflicts[0])} exists{more}; kernelpack migrate writes only new "
+                "files: pass --force to overwrite"
+            )
+        for path in self.replaces:
+            path.unlink(missing_ok=True)
+        for destination, source in self.copies.items():
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, destination)
+        for path, text in self.texts.items():
+            write_text_atomic(path, text)
+        return self.files
+
+
+def plan(project: Project) -> Migration:
+    """The migration of a `build.toml` project (`Project.is_build_toml`)."""
+    if not project.is_build_toml:
+        raise UsageError(
+            f"{display_path(project.manifest_path)}: already a {MANIFEST_NAME} project; "
+            "kernelpack migrate moves a kernel-builder project (build.toml)"
+        )
+    facts = buildtoml.read(project.manifest_path)
+    manifest = project.load_manifest()
+    library = manifest.kernel(buildtoml.KERNEL)
+    root = project.root
+    kernel_dir = project.package_dir / buildtoml.KERNEL
+    csrc = kernel_dir / "csrc"
+
+    copies: dict[Path, Path] = {}
+    for source in _files_to_copy(library):
+        copies[csrc / source.relative_to(root)] = source
+    for folder in library.include_dirs:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.name != "registration.h":
+                copies[csrc / path.relative_to(root)] = path
+
+    notes = [
+        f"[kernel.{spec.name}] is not carried over ({spec.skip.message})"
+        for spec in manifest.kernels
+        if spec.skip is not None and spec.name != buildtoml.KERNEL
+    ]
+    if library.max_cuda is not None:
+        notes.append(
+            f"[general.cuda].maxver = {library.max_cuda} has no kernels.toml key and is dropped"
+        )
+    texts = {
+        project.package_dir / MANIFEST_NAME: _kernels_toml(library, root),
+        kernel_dir / "__init__.py": _ops_init(facts.name),
+        csrc / "include" / "registration.h": _registration_h(),
+    }
+    texts[root / "pyproject.toml"] = _pyproject(project, facts)
+    return Migration(
+        root=root,
+        texts=texts,
+        copies=copies,
+        notes=tuple(notes),
+        replaces=(project.package_dir / "_ops.py",),
+    )
+
+
+def _files_to_copy(library: KernelSpec) -> Iterable[Path]:
+    """The library's sources plus the headers next to them (sources include siblings that
+    `src` need not list); `registration.h` is replaced by kernelpack's own."""
+    seen: dict[Path, None] = {}
+    for source in library.sources:
+        seen[source] = None
+        for sibling in sorted(source.parent.iterdir()):
+            if sibling.suffix in _HEADERS and sibling.is_file():
+                seen[sibling] = None
+    return [p for p in seen if p.name != "registration.h"]
+
+
+def _toml_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(json.dumps(item) for item in items) + "]"
+
+
+def _kernels_toml(spec: KernelSpec, root: Path) -> str:
+    def moved(path: Path) -> str:
+        return (Path("csrc") / path.relative_to(root)).as_posix()
+
+    archs = spec.arch.get(ANY_PLATFORM)
+    if archs is None:  # a per-platform default from [tool.kernelpack]
+        arch = (
+            "{ "
+            + ", ".join(
+                f"{platform} = {_toml_list(map(str, values))}"
+                for platform, values in spec.arch.items()
+            )
+            + " }"
+        )
+    else:
+        arch = _toml_list(map(str, archs))
+    lines = [
+        "# Migrated from build.toml by `kernelpack migrate`. The kernel `_ops` is the module",
+        "# kernel-builder's generated _ops.py was; its namespace is the one the build.toml",
+        "# build used, so both register the same ops.",
+        "",
+        f"[{spec.name}]",
+        f"description = {json.dumps(spec.description)}",
+        f"ops = {json.dumps(spec.ops)}",
+        f"sources = {_toml_list(moved(p) for p in spec.sources)}",
+        f"include-dirs = {_toml_list(['csrc/include', *(moved(p) for p in spec.include_dirs)])}",
+        f"arch = {arch}",
+    ]
+    if spec.ptx:
+        lines.append("ptx = true")
+    if spec.abi == "stable":
+        target = spec.stable_target
+        lines += ['abi = "stable"', f'stable-target = "{target.major}.{target.minor}"']
+    if spec.min_cuda is not None:
+        lines.append(f'min-cuda = "{spec.min_cuda}"')
+    if spec.depends:
+        lines.append(f"depends = {_toml_list(spec.depends)}")
+    lines += [
+        f"nvcc-flags = {_toml_list(spec.nvcc_flags)}",
+        f"cxx-flags = {_toml_list(spec.cxx_flags)}",
+        "defines = { " + ", ".join(f'{k} = "{v}"' for k, v in spec.defines.items()) + " }",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ops_init(name: str) -> str:
+    return f'''\
+"""The ops of {name}: what kernel-builder's generated `_ops.py` gave, from kernelpack's
+build record (`ops`, `add_op_namespace_prefix`)."""
+
+import torch
+
+from kernelpack_runtime import ops_namespace
+
+from . import _C  # noqa: F401  # loading the library registers the ops
+
+_NAMESPACE = ops_namespace(__name__)
+
+ops = getattr(torch.ops, _NAMESPACE)
+
+
+def add_op_namespace_prefix(op_name: str) -> str:
+    """The op's name in this build's namespace: "<namespace>::<op_name>"."""
+    return f"{{_NAMESPACE}}::{{op_name}}"
+'''
+
+
+def _registration_h() -> str:
+    return """\
+// kernel-builder's registration macros for a kernelpack build (written by kernelpack migrate).
+// kernelpack names the module _C (TORCH_EXTENSION_NAME) and gives the ops their namespace in
+// KERNELPACK_NS: the *_EXPAND macros register there, whatever NAME they are given.
+#pragma once
+
+#include <Python.h>
+
+#define _CONCAT(A, B) A##B
+#define CONCAT(A, B) _CONCAT(A, B)
+
+#define _STRINGIFY(A) #A
+#define STRINGIFY(A) _STRINGIFY(A)
+
+#define KP_MIGRATED_CALL2(macro, a, b) macro(a, b)
+#define KP_MIGRATED_CALL3(macro, a, b, c) macro(a, b, c)
+
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) KP_MIGRATED_CALL2(TORCH_LIBRARY, KERNELPACK_NS, MODULE)
+#define TORCH_LIBRARY_FRAGMENT_EXPAND(NAME, MODULE) \\
+  KP_MIGRATED_CALL2(TORCH_LIBRARY_FRAGMENT, KERNELPACK_NS, MODULE)
+#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) \\
+  KP_MIGRATED_CALL3(TORCH_LIBRARY_IMPL, KERNELPACK_NS, DEVICE, MODULE)
+
+#define STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE) \\
+  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY, KERNELPACK_NS, MODULE)
+#define STABLE_TORCH_LIBRARY_FRAGMENT_EXPAND(NAME, MODULE) \\
+  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY_FRAGMENT, KERNELPACK_NS, MODULE)
+#define STABLE_TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) \\
+  KP_MIGRATED_CALL3(STABLE_TORCH_LIBRARY_IMPL, KERNELPACK_NS, DEVICE, MODULE)
+
+#define REGISTER_EXTENSION(NAME)                                                  \\
+  PyMODINIT_FUNC CONCAT(PyInit_, NAME)() {                                        \\
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, STRINGIFY(NAME),   \\
+                                        nullptr, 0, nullptr};                     \\
+    return PyModule_Create(&module);                                              \\
+  }
+"""
+
+
+def _pyproject(project: Project, facts: buildtoml.BuildToml) -> str:
+    manifest = (project.package_dir / MANIFEST_NAME).relative_to(project.root).as_posix()
+    lines = [
+        "# Written by `kernelpack migrate` from build.toml.",
+        "[build-system]",
+        'requires = ["kernelpack", "ninja>=1.11"]',
+        'build-backend = "kernelpack.backend"',
+        "",
+        "[project]",
+        f"name = {json.dumps(facts.name)}",
+        f"version = {json.dumps(project.version)}",
+    ]
+    if facts.license is not None:
+        lines.append(f"license = {json.dumps(facts.license)}")
+    lines += [
+        f"dependencies = {_toml_list(_RUNTIME_DEPENDENCIES)}",
+        "",
+        "[tool.kernelpack]",
+        f"manifest = {json.dumps(manifest)}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,265 @@
+"""`build.toml` (kernel-builder edition 5) read as a kernelpack manifest: the real example
+projects in tests/foreign, and one-line errors for what kernel-builder would reject."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+from fakes.values import make_toolchain
+
+from kernelpack import buildtoml
+from kernelpack.errors import ManifestError
+from kernelpack.manifest import ANY_PLATFORM
+from kernelpack.plan import decide
+from kernelpack.project import locate
+from kernelpack_runtime.arch import Arch
+
+FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
+EXAMPLES = FOREIGN / "hf-kernels" / "examples"
+
+MINIMAL = """\
+[general]
+name = "my-kernel"
+version = 2
+edition = 5
+license = "Apache-2.0"
+backends = ["cuda"]
+
+[torch]
+src = ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
+
+[kernel.mine]
+backend = "cuda"
+depends = ["torch"]
+src = ["mine_cuda/mine.cu"]
+"""
+
+
+def make_project(root: Path, text: str = MINIMAL) -> Path:
+    """A kernel-builder project with the files MINIMAL names; returns build.toml."""
+    for name in ("torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h", "mine_cuda/mine.cu"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("// x\n")
+    (root / "torch-ext" / "my_kernel").mkdir(parents=True, exist_ok=True)
+    (root / "torch-ext" / "my_kernel" / "__init__.py").write_text("")
+    (root / "build.toml").write_text(textwrap.dedent(text))
+    return root / "build.toml"
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+# --- the real examples --------------------------------------------------------------------
+
+
+def test_relu_is_one_library_holding_the_cuda_kernel_and_the_binding() -> None:
+    manifest = locate(EXAMPLES / "relu").load_manifest()
+    library = manifest.kernel(buildtoml.KERNEL)
+    root = EXAMPLES / "relu"
+    assert manifest.package == "relu"
+    assert manifest.package_dir == root / "torch-ext" / "relu"
+    assert set(library.sources) == {
+        root / "relu_cuda" / "relu.cu",
+        root / "torch-ext" / "torch_binding.cpp",
+        root / "torch-ext" / "torch_binding.h",
+    }
+    assert library.folder == manifest.package_dir  # the library sits in the package itself
+    assert library.abi == "torch"
+    assert library.defines["CUDA_KERNEL"] == "1"
+
+
+def test_library_module_namespace_and_ops_py_agree() -> None:
+    manifest = locate(EXAMPLES / "relu").load_manifest()
+    library = manifest.kernel(buildtoml.KERNEL)
+    assert library.module == library.ops == buildtoml.namespace("relu", 1)
+    assert library.ops.startswith("_relu_")
+    ops_py = manifest.generated["_ops.py"]
+    assert f"from . import {library.module}\n" in ops_py
+    assert f"ops = torch.ops.{library.ops}\n" in ops_py
+
+
+def test_generated_ops_py_gives_ops_and_the_namespace_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch = types.ModuleType("torch")
+    torch.ops = types.SimpleNamespace(_relu_1234567="the-namespace")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    namespace: dict[str, object] = {}
+    exec(compile(buildtoml.ops_py("_relu_1234567", compiled=False), "_ops.py", "exec"), namespace)
+    prefix = namespace["add_op_namespace_prefix"]
+    assert namespace["ops"] == "the-namespace"
+    assert callable(prefix) and prefix("relu_fwd") == "_relu_1234567::relu_fwd"
+
+
+def test_namespace_is_stable_and_unique_per_name_and_major_version() -> None:
+    assert buildtoml.namespace("relu", 1) == buildtoml.namespace("relu", 1)
+    assert buildtoml.namespace("relu", 1) != buildtoml.namespace("relu", 2)
+    assert buildtoml.namespace("relu", 1) != buildtoml.namespace("gelu", 1)
+
+
+def test_kernels_of_other_backends_are_skipped_with_a_reason() -> None:
+    manifest = locate(EXAMPLES / "relu").load_manifest()
+    skipped = {spec.name: spec.skip for spec in manifest.kernels if spec.skip is not None}
+    assert set(skipped) == {"relu_xpu", "relu_metal", "relu_rocm", "relu_cpu"}
+    for name, reason in skipped.items():
+        assert reason is not None
+        assert reason.code == "platform-excluded"
+        assert f'backend = "{name.removeprefix("relu_")}"' in reason.message
+
+
+def test_registration_h_is_generated_only_when_the_project_ships_none() -> None:
+    relu = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
+    gemm = locate(EXAMPLES / "cutlass-gemm").load_manifest().kernel(buildtoml.KERNEL)
+    header = relu.generated_headers["registration.h"]
+    for macro in (
+        "TORCH_LIBRARY_EXPAND",
+        "TORCH_LIBRARY_IMPL_EXPAND",
+        "STABLE_TORCH_LIBRARY_EXPAND",
+        "STABLE_TORCH_LIBRARY_IMPL_EXPAND",
+        "REGISTER_EXTENSION",
+    ):
+        assert f"#define {macro}(" in header
+    assert gemm.generated_headers == {}  # cutlass-gemm ships torch-ext/registration.h
+
+
+def test_stable_abi_table_makes_the_library_stable_for_its_cuda_target() -> None:
+    library = locate(EXAMPLES / "relu-torch-stable-abi").load_manifest().kernel(buildtoml.KERNEL)
+    assert library.abi == "stable"
+    assert str(library.stable_target) == "2.11"
+
+
+def test_cutlass_dependency_maps_to_kernelpacks_cutlass() -> None:
+    library = locate(EXAMPLES / "cutlass-gemm").load_manifest().kernel(buildtoml.KERNEL)
+    assert library.depends == ("cutlass",)
+
+
+def test_without_capabilities_the_library_wishes_for_kernel_builders_default_set() -> None:
+    library = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
+    assert library.arch == {
+        ANY_PLATFORM: tuple(sorted(Arch.parse(c) for c in buildtoml.DEFAULT_CAPABILITIES))
+    }
+    assert library.ptx and library.loose_archs
+
+
+def test_the_plan_keeps_the_capabilities_this_nvcc_can_build() -> None:
+    manifest = locate(EXAMPLES / "relu").load_manifest()
+    toolchain = make_toolchain(nvcc_targets=frozenset({"sm_80", "sm_90", "compute_90"}))
+    kernel = decide(manifest, toolchain).kernel(buildtoml.KERNEL)
+    assert kernel.build
+    assert [str(a) for a in kernel.archs] == ["8.0", "9.0"]
+    assert kernel.gencode_flags[-1] == "-gencode=arch=compute_90,code=compute_90"
+
+
+def test_listed_capabilities_are_built(tmp_path: Path) -> None:
+    text = MINIMAL + 'cuda-capabilities = ["9.0a", "10.0"]\n'
+    library = buildtoml.load(make_project(tmp_path, text)).kernel(buildtoml.KERNEL)
+    assert library.arch == {ANY_PLATFORM: (Arch.parse("9.0a"), Arch.parse("10.0"))}
+    assert not library.ptx
+
+
+def test_tool_kernelpack_arch_is_the_default_for_kernels_without_capabilities(
+    tmp_path: Path,
+) -> None:
+    make_project(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelpack]\narch = "9.0"\n')
+    library = locate(tmp_path / "build.toml").load_manifest().kernel(buildtoml.KERNEL)
+    assert library.arch == {ANY_PLATFORM: (Arch.parse("9.0"),)}
+
+
+def test_cuda_minver_and_maxver_bound_the_toolkit(tmp_path: Path) -> None:
+    text = MINIMAL.replace("[torch]", '[general.cuda]\nmaxver = "12.9"\n\n[torch]')
+    text += 'cuda-minver = "12.8"\n'
+    manifest = buildtoml.load(make_project(tmp_path, text))
+    library = manifest.kernel(buildtoml.KERNEL)
+    assert str(library.min_cuda) == "12.8"
+    assert str(library.max_cuda) == "12.9"
+    skip = decide(manifest, make_toolchain()).kernel(buildtoml.KERNEL).skip
+    assert skip is not None and skip.code == "cuda-mismatch" and "12.9" in skip.message
+
+
+def test_noarch_project_builds_nothing_and_generates_ops_py(tmp_path: Path) -> None:
+    text = MINIMAL.split("[torch]")[0] + "[torch-noarch]\n"
+    manifest = buildtoml.load(make_project(tmp_path, text))
+    assert manifest.kernels == ()
+    assert "from . import" not in manifest.generated["_ops.py"]
+
+
+def test_project_facts_come_from_general(tmp_path: Path) -> None:
+    project = locate(make_project(tmp_path))
+    assert (project.dist_name, project.version, project.package) == ("my-kernel", "2", "my_kernel")
+    assert project.metadata["license"] == "Apache-2.0"
+    assert project.found is None  # PATH named the build.toml
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ManifestError) as excinfo:
+        buildtoml.load(make_project(tmp_path, text))
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith("build.toml: ")
+    return message
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (
+            ("[kernel.mine]", "[kernel.mine]\ncuda-flag = []"),
+            '[kernel.mine].cuda-flag: unknown key; did you mean "cuda-flags"?',
+        ),
+        (("[torch]", "[torch]\nsrcs = []"), "[torch].srcs: unknown key"),
+        (
+            ("edition = 5", "edition = 4"),
+            "[general].edition: got an integer (4); expected edition = 5",
+        ),
+        (
+            ('backend = "cuda"', 'backend = "cudaa"'),
+            '[kernel.mine].backend: unknown backend "cudaa"',
+        ),
+        (('depends = ["torch"]', 'depends = ["cutlass_9_9"]'), 'unknown dependency "cutlass_9_9"'),
+        (
+            ('src = ["mine_cuda/mine.cu"]', 'src = ["mine_cuda/gone.cu"]'),
+            '"mine_cuda/gone.cu" does not exist',
+        ),
+        (
+            ('src = ["mine_cuda/mine.cu"]', 'src = ["../elsewhere.cu"]'),
+            "points outside the project",
+        ),
+        (('backends = ["cuda"]', 'backends = ["cuda", "vulkan"]'), 'unknown backend "vulkan"'),
+        (('name = "my-kernel"', 'name = "other"'), "torch-ext/other does not exist"),
+    ],
+)
+def test_bad_build_toml_is_one_line_naming_table_and_key(
+    tmp_path: Path, edit: tuple[str, str], fragment: str
+) -> None:
+    assert fragment in _error(tmp_path, MINIMAL.replace(*edit))
+
+
+def test_differing_capabilities_of_two_cuda_kernels_are_an_error(tmp_path: Path) -> None:
+    text = MINIMAL + 'cuda-capabilities = ["9.0"]\n\n[kernel.other]\nbackend = "cuda"\n'
+    text += 'depends = ["torch"]\nsrc = ["mine_cuda/mine.cu"]\ncuda-capabilities = ["8.0"]\n'
+    assert "cuda-capabilities differs between CUDA kernels" in _error(tmp_path, text)
+
+
+def test_missing_sources_skip_the_library_when_allowed(tmp_path: Path) -> None:
+    path = make_project(tmp_path)
+    (tmp_path / "mine_cuda" / "mine.cu").unlink()
+    library = buildtoml.load(path, allow_missing_sources=True).kernel(buildtoml.KERNEL)
+    assert library.missing_sources is not None and "mine.cu" in library.missing_sources
+
+
+def test_an_unchanged_copy_still_reads_the_same(tmp_path: Path) -> None:
+    copy = tmp_path / "relu"
+    shutil.copytree(EXAMPLES / "relu", copy)
+    original = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
+    copied = locate(copy).load_manifest().kernel(buildtoml.KERNEL)
+    assert copied.ops == original.ops  # the namespace does not depend on where the tree is

@@ -122,7 +122,7 @@ def locate(path: Path | None = None) -> Project:
             return _from_manifest(target / MANIFEST_NAME)
         pyproject = target / "pyproject.toml"
         build_toml = target / buildtoml.BUILD_TOML
-        if build_toml.is_file() and not (pyproject.is_file() and _has_tool_table(pyproject)):
+        if build_toml.is_file() and not (pyproject.is_file() and _names_a_manifest(pyproject)):
             project = _from_build_toml(build_toml)
             return replace(project, found=f"{display_path(build_toml)} (kernel-builder)")
         if pyproject.is_file():
@@ -134,9 +134,11 @@ def locate(path: Path | None = None) -> Project:
     raise UsageError(f"{shown}: does not exist; {_EXPECTED}")
 
 
-def _has_tool_table(pyproject: Path) -> bool:
+def _names_a_manifest(pyproject: Path) -> bool:
+    """Whether `[tool.kernelpack].manifest` is set (it then wins over a `build.toml`)."""
     tool = read_toml(pyproject).get("tool")
-    return isinstance(tool, dict) and "kernelpack" in tool
+    table = tool.get("kernelpack") if isinstance(tool, dict) else None
+    return isinstance(table, dict) and "manifest" in table
 
 
 def _from_build_toml(path: Path) -> Project:
@@ -195,10 +197,11 @@ def _from_pyproject(pyproject: Path) -> Project:
     shown = display_path(pyproject)
     data = read_toml(pyproject)
     settings = Settings.from_pyproject(pyproject, data)
-    if settings is None:
+    if settings is None or settings.manifest is None:
         if (root / buildtoml.BUILD_TOML).is_file():
             project = _from_build_toml(root / buildtoml.BUILD_TOML)
             return replace(project, found=f"{display_path(project.manifest_path)} (kernel-builder)")
+    if settings is None:
         manifest, found = _by_project_name(root, data, shown)
         project = _project(root, pyproject, data, manifest, Settings(source=pyproject))
         return replace(project, found=found)

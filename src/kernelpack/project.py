@@ -197,10 +197,10 @@ def _from_pyproject(pyproject: Path) -> Project:
     shown = display_path(pyproject)
     data = read_toml(pyproject)
     settings = Settings.from_pyproject(pyproject, data)
-    if settings is None or settings.manifest is None:
-        if (root / buildtoml.BUILD_TOML).is_file():
-            project = _from_build_toml(root / buildtoml.BUILD_TOML)
-            return replace(project, found=f"{display_path(project.manifest_path)} (kernel-builder)")
+    names_manifest = settings is not None and settings.manifest is not None
+    if not names_manifest and (root / buildtoml.BUILD_TOML).is_file():
+        project = _from_build_toml(root / buildtoml.BUILD_TOML)
+        return replace(project, found=f"{display_path(project.manifest_path)} (kernel-builder)")
     if settings is None:
         manifest, found = _by_project_name(root, data, shown)
         project = _project(root, pyproject, data, manifest, Settings(source=pyproject))

@@ -15,7 +15,7 @@ from fakes.values import make_toolchain
 from kernelpack import buildtoml
 from kernelpack.errors import ManifestError
 from kernelpack.manifest import ANY_PLATFORM
-from kernelpack.plan import decide
+from kernelpack.plan import Selection, decide
 from kernelpack.project import locate
 from kernelpack_runtime.arch import Arch
 
@@ -263,3 +263,13 @@ def test_an_unchanged_copy_still_reads_the_same(tmp_path: Path) -> None:
     original = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
     copied = locate(copy).load_manifest().kernel(buildtoml.KERNEL)
     assert copied.ops == original.ops  # the namespace does not depend on where the tree is
+
+
+def test_require_does_not_fail_on_kernels_of_other_backends() -> None:
+    manifest = locate(EXAMPLES / "relu").load_manifest()
+    toolchain = make_toolchain(nvcc_targets=frozenset({"sm_90", "compute_90"}))
+    assert decide(manifest, toolchain, Selection(require=True)).problems() == ()
+    no_nvcc = decide(manifest, make_toolchain(nvcc=None), Selection(require=True)).problems()
+    assert len(no_nvcc) == 1 and no_nvcc[0].startswith(
+        "required kernels would be skipped (1): _ops"
+    )

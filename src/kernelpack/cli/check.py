@@ -79,6 +79,11 @@ def summary(project: Project, manifest: Manifest) -> str:
     width = max(len(spec.name) for spec in manifest.kernels)
     for spec in manifest.kernels:
         files = len(spec.sources)
+        if (
+            spec.skip is not None
+        ):  # decided by the manifest (a build.toml kernel of another backend)
+            lines.append(f"  {spec.name:<{width}}  not built: {spec.skip.message}")
+            continue
         lines.append(
             f"  {spec.name:<{width}}  abi={spec.abi:<6}  arch={_archs(spec)}  "
             f"{files} source{'s' if files != 1 else ''}"

@@ -298,12 +298,13 @@ def test_migrated_project_builds_and_behaves_the_same(
     moved = tmp_path / "moved" / "relu-torch-stable-abi"
     for root in (direct, moved):
         shutil.copytree(EXAMPLES / "relu-torch-stable-abi", root)
-    (direct / "pyproject.toml").write_text(FAST_ARCH)
-    assert main(["migrate", str(moved)]) == 0
+        (root / "pyproject.toml").write_text(FAST_ARCH)
+    # The project's own pyproject.toml (here only [tool.kernelpack] arch) is replaced.
+    assert main(["migrate", str(moved), "--force"]) == 0
     assert "note: [kernel.relu_xpu] is not carried over" in capsys.readouterr().out
-    text = (moved / "pyproject.toml").read_text()
-    assert 'build-backend = "kernelpack.backend"' in text
-    (moved / "pyproject.toml").write_text(text + 'arch = "9.0"\n')
+    assert 'build-backend = "kernelpack.backend"' in (moved / "pyproject.toml").read_text()
+    kernels = (moved / "torch-ext" / "relu_torch_stable_abi" / "kernels.toml").read_text()
+    assert 'arch = ["9.0"]' in kernels
 
     records = {}
     reports = {}

@@ -33,39 +33,49 @@ tools=$work/tools
 export PYTHONPATH=$tools
 
 # Build the classic-ABI projects here, in parallel; each log says what it compiled.
+# prime-kernels (flash_moe, sm_100a: it cannot run on this GPU) is waited for last.
 declare -A pids
 for name in relu cutlass-gemm prime-kernels; do
   cp -r "$dir/projects/$name" "$work/$name"
   if [ "$name" != prime-kernels ]; then
     printf '[tool.kernelpack]\narch = "9.0"\n' > "$work/$name/pyproject.toml"
   fi
-  ( cd "$work/$name" && start=$(date +%s) && "$py" -m kernelpack build . --wheel-dir "$work/dist" \
+  ( cd "$work/$name" && start=$(date +%s) && "$py" -m kernelpack build . --wheel-dir "$work/dist-$name" \
       && echo "wall $(( $(date +%s) - start )) s: $name" ) > "$out/build-$name.log" 2>&1 &
   pids[$name]=$!
 done
-for name in "${!pids[@]}"; do
-  wait "${pids[$name]}" || { echo "build of $name failed" | tee -a "$out/summary.txt"; status=1; }
-done
-cp "$dir"/wheels/relu_torch_stable_abi-*.whl "$work/dist/"
-ls "$work/dist" | tee -a "$out/env.txt"
+mkdir -p "$work/dist-relu-torch-stable-abi"
+cp "$dir"/wheels/relu_torch_stable_abi-*.whl "$work/dist-relu-torch-stable-abi/"
 
 site=$work/site
-"$py" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$work"/dist/*.whl \
-  2>&1 | tee -a "$out/env.txt"
-export PYTHONPATH=$dir:$site:$tools  # kernels.py (the stand-in) first
-
-for package in relu relu_torch_stable_abi cutlass_gemm prime_kernels; do
-  "$py" -m kernelpack status "$package" --json >> "$out/status.json" 2>&1
-done
-for name in relu relu-torch-stable-abi cutlass-gemm; do
+install() {  # NAME: install the wheel built for project NAME
+  "$py" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+    "$work/dist-$1"/*.whl 2>&1 | tee -a "$out/env.txt"
+}
+for name in relu-torch-stable-abi relu cutlass-gemm; do
+  if [ "$name" != relu-torch-stable-abi ]; then
+    wait "${pids[$name]}" || { echo "$name: build failed" | tee -a "$out/summary.txt"; status=1; continue; }
+  fi
+  install "$name"
+  package=${name//-/_}
+  PYTHONPATH=$site:$tools "$py" -m kernelpack status "$package" --json > "$out/status-$name.json" 2>&1
   tests=$work/tests-$name
   mkdir -p "$tests" && cp -r "$dir/projects/$name/tests" "$tests/"
-  ( cd "$tests" && "$py" -m pytest tests -q -p no:cacheprovider -rA ) \
+  # kernels.py (the stand-in) first on the path, then the installed wheels.
+  ( cd "$tests" && PYTHONPATH=$dir:$site:$tools "$py" -m pytest tests -q -p no:cacheprovider -rA ) \
     > "$out/tests-$name.log" 2>&1
   code=$?
   echo "$name: pytest exit $code, $(tail -1 "$out/tests-$name.log")" | tee -a "$out/summary.txt"
   [ "$code" -eq 0 ] || status=1
 done
+if wait "${pids[prime-kernels]}"; then
+  install prime-kernels
+  PYTHONPATH=$site:$tools "$py" -m kernelpack status prime_kernels --json \
+    > "$out/status-prime-kernels.json" 2>&1
+else
+  echo "prime-kernels: build failed" | tee -a "$out/summary.txt"
+  status=1
+fi
 grep -h "^wall\|compiled, " "$out"/build-*.log | tee -a "$out/summary.txt"
 echo "run.sh: exit $status" | tee -a "$out/summary.txt"
 exit "$status"

@@ -40,7 +40,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack._schema",
         "kernelpack.settings",
         "kernelpack.manifest",
+        "kernelpack.buildtoml",
         "kernelpack.project",
+        "kernelpack.migration",
     ),
     "toolchain": (
         "kernelpack.toolchain",

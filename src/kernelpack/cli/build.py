@@ -80,4 +80,3 @@ def _build(args: argparse.Namespace) -> int:
     report.print_summary(result, console, wheel=path)
     print(path)
     return 0
-

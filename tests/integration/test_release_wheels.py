@@ -546,3 +546,45 @@ def test_build_with_nothing_left_to_compile_says_so_and_names_its_kernels(
     (wheel,) = (tmp_path / "dist").iterdir()
     assert "nothing to do: every library is up to date" in err
     assert f"wrote {wheel} (2 kernel(s): scale, addone)" in err
+
+
+# --- an sdist built in pip's isolated build environment --------------------------------------
+
+
+@pytest.mark.skipif(
+    os.environ.get("KERNELPACK_TEST_ISOLATED_BUILD") != "1",
+    reason="installs a CUDA torch into an isolated build environment (about 6 min, 6 GB): "
+    "set KERNELPACK_TEST_ISOLATED_BUILD=1",
+)
+def test_sdist_builds_a_wheel_in_an_isolated_environment_with_only_find_links(
+    tmp_path: Path, ccache_dir: Path
+) -> None:
+    """pip's default isolation, `--no-index --find-links` holding the kernelpack and runtime
+    wheels of this checkout and what they need, torch included (the backend asks for it)."""
+    links = tmp_path / "links"
+    pip = (sys.executable, "-m", "pip")
+    subprocess.run(
+        [*pip, "wheel", "-q", "--no-deps", "-w", links, REPO, REPO / "src"],
+        check=True,
+        capture_output=True,
+    )
+    (kernelpack_wheel,) = links.glob("kernelpack-*.whl")
+    download = [*pip, "download", "-q", "-d", links, "--find-links", links]
+    subprocess.run(
+        [*download, kernelpack_wheel, "torch==2.14.1"],
+        check=True,
+        capture_output=True,
+    )
+    sdist = write_sdist(locate(_copy(tmp_path / "kpdemo")), tmp_path / "sdist")
+    out = tmp_path / "out"
+    build = subprocess.run(
+        [*pip, "wheel", "--no-index", "--find-links", links, "--no-deps", "-w", out, sdist],
+        capture_output=True,
+        text=True,
+        env={**_pip_env(), "CCACHE_DIR": str(ccache_dir)},
+        timeout=1500,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith(f"kpdemo-{CLASSIC}-cp311-cp311-manylinux_2_")
+    assert _requires_dist(wheel) == [str(Requirement(RUNTIME_REQUIREMENT)), "torch==2.14.1"]

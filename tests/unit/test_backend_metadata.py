@@ -285,3 +285,58 @@ def test_torch_dependency_that_excludes_the_build_torch_is_an_error(tmp_path: Pa
 
 def test_runtime_requirement_accepts_the_runtime_of_this_release() -> None:
     assert Requirement(RUNTIME_REQUIREMENT).specifier.contains(kernelpack_runtime.__version__)
+
+
+def test_unicode_package_folder_without_pyproject_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = tmp_path / "ünï_ops"
+    (package / "scale" / "csrc").mkdir(parents=True)
+    (package / "scale" / "csrc" / "scale.cu").write_text("// x\n")
+    (package / "kernels.toml").write_text(KERNELS)
+    code = main(["build", str(package), "--wheel-dir", str(tmp_path / "dist")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "ünï_ops/kernels.toml: the package folder 'ünï_ops' gives the distribution name" in err
+    assert not (tmp_path / "dist").exists()
+
+
+# --- the PEP 517 hooks ---------------------------------------------------------------------------
+
+
+def test_backend_refuses_an_excluded_python_before_planning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelpack import backend
+
+    pyproject = '[project]\nname = "my-ops"\nversion = "1"\nrequires-python = ">=3.99"\n'
+    make_project(tmp_path / "p", pyproject + "[tool.kernelpack]\n")
+    monkeypatch.chdir(tmp_path / "p")
+    with pytest.raises(UsageError, match="excludes Python 3"):
+        backend.prepare_metadata_for_build_wheel(str(tmp_path / "meta"))
+    with pytest.raises(UsageError, match="excludes Python 3"):
+        backend.build_wheel(str(tmp_path / "dist"))
+    assert not (tmp_path / "p" / "build").exists()
+    assert not (tmp_path / "dist").exists()
+
+
+@pytest.mark.parametrize(
+    ("dependencies", "torch"), [('["torch>=2.10", "numpy"]', "torch>=2.10"), ("[]", "torch")]
+)
+def test_isolated_build_environment_asks_for_the_projects_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dependencies: str, torch: str
+) -> None:
+    import importlib.util
+
+    from kernelpack import backend
+
+    pyproject = f'[project]\nname = "my-ops"\nversion = "1"\ndependencies = {dependencies}\n'
+    make_project(tmp_path / "p", pyproject + "[tool.kernelpack]\n")
+    monkeypatch.chdir(tmp_path / "p")
+    assert "torch" not in " ".join(backend.get_requires_for_build_wheel())  # torch is here
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    assert backend.get_requires_for_build_wheel() == ["kernelpack", "ninja>=1.11", torch]

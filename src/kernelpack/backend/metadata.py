@@ -81,7 +81,9 @@ class CoreMetadata:
 
 
 def _source(project: Project) -> str:
-    return display_path(project.pyproject) if project.pyproject else "[project]"
+    if project.pyproject is None:
+        return display_path(project.manifest_path)
+    return display_path(project.pyproject)
 
 
 def _one_line(text: str) -> str:
@@ -94,6 +96,14 @@ def _error(project: Project, exc: BaseException) -> UsageError:
         exc = exc.exceptions[0]
     message = _one_line(str(exc))
     key = getattr(exc, "key", None)
+    if project.pyproject is None and key == "project.name":
+        # No pyproject.toml: the distribution is named after the package folder.
+        return UsageError(
+            f"{_source(project)}: the package folder {project.package!r} gives the "
+            f"distribution name {project.dist_name!r}, which is not a valid one (ASCII "
+            "letters, digits, '.', '_', '-'); add a pyproject.toml with an ASCII "
+            "[project].name"
+        )
     if key and key not in message:
         message = f"{key}: {message}"
     return UsageError(f"{_source(project)}: {message}")

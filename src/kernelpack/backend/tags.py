@@ -109,17 +109,17 @@ def platform_tag(libraries: Sequence[Path]) -> PlatformTag:
         return PlatformTag(overall.name)
     if info.ref_policy == policies.linux:
         needed = sorted(info.external_refs[policies.highest.name].libs)
-        why = f"links {', '.join(needed)}, which no manylinux policy allows"
+        why = f"link {', '.join(needed)}, which no manylinux policy allows"
     elif info.sym_policy == policies.linux:
         symbols = sorted(f"{v}" for versions in info.versioned_symbols.values() for v in versions)
-        why = f"needs symbol versions newer than any manylinux policy ({', '.join(symbols)})"
+        why = f"need symbol versions newer than any manylinux policy ({', '.join(symbols)})"
     elif info.machine_policy == policies.linux:
-        why = "uses instruction-set extensions no manylinux policy allows"
+        why = "use instruction-set extensions no manylinux policy allows"
     else:
-        why = "uses symbols no manylinux policy allows"
+        why = "use symbols no manylinux policy allows"
     return PlatformTag(
         overall.name,
-        f"warning: wheel tagged {overall.name}: the libraries {why}; PyPI refuses this tag",
+        f"warning: wheel tagged {overall.name}: its libraries {why}; PyPI refuses this tag",
     )
 
 

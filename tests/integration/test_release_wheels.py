@@ -588,3 +588,17 @@ def test_sdist_builds_a_wheel_in_an_isolated_environment_with_only_find_links(
     (wheel,) = out.glob("*.whl")
     assert wheel.name.startswith(f"kpdemo-{CLASSIC}-cp311-cp311-manylinux_2_")
     assert _requires_dist(wheel) == [str(Requirement(RUNTIME_REQUIREMENT)), "torch==2.14.1"]
+
+
+def test_prepared_metadata_is_the_built_wheels_metadata(
+    built_root: Path, dist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelpack import backend
+
+    monkeypatch.chdir(built_root)
+    for var in [v for v in os.environ if v.startswith(("KPDEMO_", "KERNELPACK_"))]:
+        monkeypatch.delenv(var)
+    info = backend.prepare_metadata_for_build_wheel(str(tmp_path))
+    with zipfile.ZipFile(_wheel(dist, CLASSIC)) as zf:
+        built = zf.read(f"{info}/METADATA")
+    assert (tmp_path / info / "METADATA").read_bytes() == built

@@ -216,6 +216,14 @@ def test_lock_that_is_a_folder_is_a_one_line_build_error(tmp_path: Path) -> None
     assert str(error.value).startswith(f"{tmp_path / '.lock'}: cannot take the build lock")
 
 
+def test_build_folder_that_is_a_file_is_a_one_line_build_error(tmp_path: Path) -> None:
+    (tmp_path / "build").write_text("not a folder\n")
+    with pytest.raises(BuildError) as error, build_lock(tmp_path / "build" / "kernelpack", 1):
+        pass
+    assert "\n" not in str(error.value)
+    assert "cannot make the build folder" in str(error.value)
+
+
 def test_holder_file_of_any_content_never_breaks_the_lock(tmp_path: Path) -> None:
     for content in (b"\xff\xfe\x00", b"[" * 100_000, b'{"ninja": {"pid": 1, "start": "x"}}'):
         (tmp_path / ".lock.holder").write_bytes(content)

@@ -465,6 +465,14 @@ def test_random_kills_and_interrupts_then_one_build_gives_exactly_the_expected_p
     assert done.returncode == 0, done.stderr
     assert _package_files(tree) == expected
     assert _temp_files(tree / "kpdemo") == []
+    # One more wheel: the folder then holds whole wheels only (no staging left by a kill).
+    done = _build(tree, env, "--wheel-dir", str(dist))
+    assert done.returncode == 0, done.stderr
+    for entry in dist.iterdir():
+        assert entry.is_file() and entry.suffix == ".whl", entry
+        with zipfile.ZipFile(entry) as wheel:
+            assert wheel.testzip() is None
+            assert not [n for n in wheel.namelist() if TEMP_NAME.search(n.rsplit("/", 1)[-1])]
     # The same sources built from scratch in a fresh copy give the same libraries.
     fresh = tmp_path / "fresh" / "kpdemo"
     shutil.copytree(PACKAGE, fresh, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))

@@ -72,6 +72,10 @@ def build_lock(build_dir: Path, timeout: float | None = None) -> Iterator[BuildL
     lock_path = build_dir / ".lock"
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "a file is in the way" if build_dir.exists() else (exc.strerror or str(exc))
+        raise BuildError(f"{build_dir}: cannot make the build folder: {what.lower()}") from None
+    try:
         lock = FileLock(str(lock_path))
         try:
             lock.acquire(timeout=0)

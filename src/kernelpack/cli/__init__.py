@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernelpack import __version__
+from kernelpack.builder.processes import raise_on_signals
 from kernelpack.errors import Interrupted, KernelpackError
 
 __all__ = ["main"]
@@ -52,7 +53,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code (also used by the console script)."""
+    """Run the CLI; return the exit code (also used by the console script).
+
+    SIGTERM and SIGHUP stop a verb as Ctrl-C does (a build stops ninja and the compilers and
+    removes its temporary files); the exit code is then 128 + the signal.
+    """
+    with raise_on_signals():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = _parser()  # imports every verb: Ctrl-C can land here
     except KeyboardInterrupt:

@@ -46,15 +46,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kernelpack.builder.processes import raise_on_signals
-
-    # SIGTERM and SIGHUP stop the build as Ctrl-C does: ninja and the compilers stop, the
-    # temporary files are removed, the exit code is 128 + the signal.
-    with raise_on_signals():
-        return _build(args)
-
-
-def _build(args: argparse.Namespace) -> int:
     from kernelpack.backend.metadata import validate_project
     from kernelpack.builder import engine
     from kernelpack.cli import _render as report

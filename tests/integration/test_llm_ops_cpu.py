@@ -79,7 +79,9 @@ def _python(site: Path, code: str) -> str:
 
 
 def test_wheel_is_tagged_for_the_stable_abi(wheel: Path) -> None:
-    assert re.fullmatch(r"llm_ops-0\.1\.0\+cu\d+stable2\.10-cp\d+-abi3-linux_\w+\.whl", wheel.name)
+    assert re.fullmatch(
+        r"llm_ops-0\.1\.0\+cu\d+stable2\.10-cp\d+-abi3-manylinux_2_\d+_x86_64\.whl", wheel.name
+    )
 
 
 def test_wheel_holds_both_kernels_and_the_build_record(wheel: Path) -> None:

@@ -163,3 +163,27 @@ def test_bad_settings_are_one_stderr_line_exit_2(project: Path) -> None:
 def test_path_that_is_not_a_project_exits_2(tmp_path: Path) -> None:
     result = run(tmp_path / "nowhere", cwd=tmp_path)
     _assert_bad_input(result, "nowhere: does not exist; expected a kernels.toml")
+
+
+def test_json_keeps_every_kernel_field_it_always_had(project: Path) -> None:
+    # Tools read these; the shape may grow, never lose or rename one.
+    result = run("--json", cwd=project)
+    kernel = json.loads(result.stdout)["kernels"]["rmsnorm"]
+    assert {
+        "ops", "abi", "stable_target", "arch", "ptx", "sources", "include_dirs", "cxx_std",
+        "min_cuda", "platforms", "depends", "defines", "libraries", "nvcc_flags", "cxx_flags",
+        "description",
+    } <= set(kernel)  # fmt: skip
+    assert kernel["stable_target"] == "2.10"
+    assert kernel["include_dirs"] == ["csrc"]
+
+
+def test_every_problem_of_a_project_is_listed_in_file_order(project: Path) -> None:
+    manifest = project / "llm_ops" / "kernels.toml"
+    manifest.write_text(KERNELS.replace('"9.0a"', '"9.5"').replace("cxx-std = 17", "cxx-std = 14"))
+    result = run(cwd=project)
+    assert result.returncode == 2
+    assert [line.split(": ")[3] for line in result.stderr.splitlines()] == [
+        "[rmsnorm].arch",
+        "[flash_moe].cxx-std",
+    ]

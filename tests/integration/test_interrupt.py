@@ -239,8 +239,9 @@ def test_compiles_that_ignore_the_signal_are_killed_within_2_s(
     assert gone, _running_in(tree)
 
 
-def test_real_nvcc_stops_on_sigterm_and_the_next_build_finishes(
-    tree: Path, ccache_dir: Path
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGKILL, -9)])
+def test_real_nvcc_stops_with_kernelpack_and_the_next_build_finishes(
+    tree: Path, ccache_dir: Path, signum: int, code: int
 ) -> None:
     before = _libraries(tree)
     header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
@@ -249,9 +250,9 @@ def test_real_nvcc_stops_on_sigterm_and_the_next_build_finishes(
     proc = _start(tree, _env(ccache_dir))
     stages = {"cicc", "cudafe++", "ptxas", "cc1plus", "nvcc"}
     assert _wait(lambda: any(_comm(p) in stages for p in _session(proc.pid)), 120, 0.05)
-    seconds = _stop(proc, signal.SIGTERM)
+    seconds = _stop(proc, signum)
     gone = _wait(lambda: not _running_in(tree), max(0.0, STOP_WITHIN - seconds))
-    assert proc.returncode == 143
+    assert proc.returncode == code
     assert seconds < STOP_WITHIN
     assert gone, _running_in(tree)
     assert _libraries(tree) == before

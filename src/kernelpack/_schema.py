@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack._files import write_text_atomic
+from kernelpack._shell import KINDS, rejected
 from kernelpack._toml import Key
 from kernelpack.manifest import KEYS
 from kernelpack.settings import SETTINGS_KEY_DECLARATIONS
@@ -30,6 +31,7 @@ __all__ = [
     "main",
     "schema_text",
     "settings_schema",
+    "shell_table",
 ]
 
 #: The published schemas and the docs page, relative to the repository root.
@@ -90,14 +92,44 @@ def keys_table(keys: tuple[Key, ...] = KEYS) -> str:
     return "\n".join(rows)
 
 
+_KIND_VALUES = {
+    "define": "`defines` values",
+    "flag": "`nvcc-flags`, `cxx-flags` entries",
+    "glob": "`sources` entries (`* ? [ ]` are glob characters there)",
+    "path": "`include-dirs`, files a glob matches, `[tool.kernelpack.deps]` folders",
+}
+
+
+def shell_table() -> str:
+    """The Markdown table of the characters each kind of value refuses (the error says why)."""
+    rows = ["| value | refused characters |", "| --- | --- |"]
+    for kind in KINDS:
+        chars = " ".join(_char(char) for char in rejected(kind))
+        rows.append(f"| {_KIND_VALUES[kind]} | {chars} |")
+    return "\n".join(rows)
+
+
+def _char(char: str) -> str:
+    if char == " ":
+        return "space"
+    if char == "`":
+        return "`` ` ``"
+    return "`\\|`" if char == "|" else f"`{char}`"
+
+
 def docs_text(current: str) -> str:
     """`current` (docs/manifest.md) with the tables between their markers regenerated."""
-    for name, keys in (("keys", KEYS), ("settings", SETTINGS_KEY_DECLARATIONS)):
+    tables = {
+        "keys": keys_table(KEYS),
+        "settings": keys_table(SETTINGS_KEY_DECLARATIONS),
+        "shell": shell_table(),
+    }
+    for name, table in tables.items():
         begin, end = f"<!-- {name}:begin {_GENERATED} -->", f"<!-- {name}:end -->"
         start, stop = current.find(begin), current.find(end)
         if start < 0 or stop < start:
             raise ValueError(f"{DOCS}: the markers {begin!r} … {end!r} are missing")
-        current = current[: start + len(begin)] + "\n" + keys_table(keys) + "\n" + current[stop:]
+        current = current[: start + len(begin)] + "\n" + table + "\n" + current[stop:]
     return current
 
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["Kind", "pattern", "unsafe"]
+__all__ = ["KINDS", "Kind", "pattern", "rejected", "unsafe"]
 
 Kind = Literal["define", "flag", "path", "glob"]
+
+#: Every kind, in the order the docs list them.
+KINDS: tuple[Kind, ...] = ("define", "flag", "glob", "path")
 
 _SUBSTITUTION = "nvcc passes it to its own sh -c, where it runs or expands a command"
 _QUOTING = "nvcc passes it to its own sh -c, where it ends the quoting"
@@ -66,6 +69,11 @@ def unsafe(text: str, kind: Kind) -> str | None:
             name = _NAMES.get(char) or '"' + char + '"'
             return f"holds {name} ({why})"
     return None
+
+
+def rejected(kind: Kind) -> dict[str, str]:
+    """Every character `kind` refuses -> why (control characters aside: refused everywhere)."""
+    return dict(_REJECTED[kind])
 
 
 def pattern(kind: Kind) -> str:

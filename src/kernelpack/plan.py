@@ -7,7 +7,8 @@ backend, `doctor`, `ci` and `bazel` read instead of re-deriving any of it. The d
 themselves are pure: `make_plan()` and `decide()` take a `Manifest`, a `Toolchain` and a
 `Selection` and do no I/O.
 
-A kernel is skipped, checking in this order, when it is `not-selected`, its sources are
+A kernel is skipped, checking in this order, when it is `not-selected` (not among the kernels
+asked for, or none of its archs left by `TORCH_CUDA_ARCH_LIST` / `KERNELPACK_ARCH`), its sources are
 missing (`sources-missing`), this platform is excluded (`platform-excluded`), there is no
 nvcc (`nvcc-missing`), nvcc's CUDA major differs from torch's (`cuda-mismatch`), nvcc is
 older than its `min-cuda` (`cuda-too-old`), or nvcc cannot build one of its archs
@@ -30,6 +31,7 @@ from packaging.version import Version
 from kernelpack import deps
 from kernelpack._toml import display_path
 from kernelpack.abitag import AbiTag
+from kernelpack.conventions import ArchFilter, arch_filter
 from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.manifest import KernelSpec, Manifest
 from kernelpack.toolchain import Toolchain, detect
@@ -69,11 +71,14 @@ class Selection:
     require: bool = False
     origin: str = "--kernels"
     """Where `kernels` came from (an env var or a CLI flag), named in error messages."""
+    archs: ArchFilter | None = None
+    """The GPUs to build for (`TORCH_CUDA_ARCH_LIST`, `KERNELPACK_ARCH`); None: every arch."""
 
     @classmethod
     def from_env(cls, prefix: str, environ: Mapping[str, str]) -> Selection:
         """Read `<prefix>_KERNELS`, `KERNELPACK_KERNELS` (the package's variable wins),
-        `<prefix>_KERNELS_REQUIRE` and `KERNELPACK_REQUIRE`.
+        `<prefix>_KERNELS_REQUIRE` and `KERNELPACK_REQUIRE`, `TORCH_CUDA_ARCH_LIST` and
+        `KERNELPACK_ARCH` (see `kernelpack.conventions`).
 
         A require variable that is not a boolean (`1/0`, `true/false`, `yes/no`, `on/off`)
         is a `UsageError`. Names are checked against the manifest by `plan()`.
@@ -89,7 +94,7 @@ class Selection:
         require = False
         for var in (f"{prefix}_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"):
             require |= parse_switch(environ.get(var, ""), var)
-        return cls(kernels=kernels, require=require, origin=origin)
+        return cls(kernels=kernels, require=require, origin=origin, archs=arch_filter(environ))
 
 
 def parse_kernels(value: str, name: str) -> frozenset[str]:
@@ -139,6 +144,8 @@ class BuildPlan:
     """Lowest CPython the stable (abi3) libraries load on (`Project.python_floor`)."""
     dep_problems: tuple[str, ...] = ()
     """Header dependencies of kernels to build that cannot be found here, one line each."""
+    archs: ArchFilter | None = None
+    """The arch narrowing the decisions applied (`Selection.archs`)."""
 
     @property
     def to_build(self) -> tuple[KernelPlan, ...]:
@@ -336,7 +343,11 @@ def decide(
             )
     kernels = tuple(_decide(spec, toolchain, selection) for spec in manifest.kernels)
     return BuildPlan(
-        manifest=manifest, toolchain=toolchain, kernels=kernels, require=selection.require
+        manifest=manifest,
+        toolchain=toolchain,
+        kernels=kernels,
+        require=selection.require,
+        archs=selection.archs,
     )
 
 
@@ -346,6 +357,8 @@ def _decide(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> Ker
         buildable = tuple(a for a in archs if a.sm in toolchain.nvcc_targets)
         archs = buildable or archs  # none left: the arch-unsupported skip names them all
     skip = _skip_reason(spec, archs, toolchain, selection)
+    if selection.archs is not None:
+        archs = selection.archs.narrow(archs)
     if skip is not None:
         return KernelPlan(spec=spec, skip=skip, archs=archs)
     flags = [arch.gencode() for arch in archs]
@@ -368,6 +381,12 @@ def _skip_reason(
         return Reason(
             "not-selected",
             f"not in {selection.origin} ({', '.join(sorted(selection.kernels))})",
+        )
+    if selection.archs is not None and archs and not selection.archs.narrow(archs):
+        return Reason(
+            "not-selected",
+            f"none of its archs ({', '.join(str(a) for a in archs)}) runs on the GPUs "
+            f"of {selection.archs.describe()}",
         )
     if spec.skip is not None:
         return spec.skip
@@ -415,6 +434,8 @@ def _skip_reason(
             "cuda-mismatch",
             f"needs CUDA <= {spec.max_cuda} (maxver), nvcc is CUDA {cuda}",
         )
+    if selection.archs is not None:
+        archs = selection.archs.narrow(archs)  # nvcc needs to build only what is left
     wanted = [arch.sm for arch in archs]
     if spec.ptx and archs:
         wanted.append(max(archs).compute)

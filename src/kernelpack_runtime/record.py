@@ -21,6 +21,7 @@ __all__ = [
     "SCHEMA",
     "BuildRecord",
     "KernelRecord",
+    "SelectionRecord",
     "ToolchainRecord",
 ]
 
@@ -123,6 +124,38 @@ class KernelRecord:
 
 
 @dataclass(frozen=True)
+class SelectionRecord:
+    """The build-time variables of the field that shaped the build (optional `"selection"`).
+
+    Values as the build saw them, None when unset; `native` lists the compute capabilities
+    `KERNELPACK_ARCH=native` found ("9.0").
+    """
+
+    max_jobs: int | None = None
+    torch_cuda_arch_list: str | None = None
+    kernelpack_arch: str | None = None
+    native: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_jobs": self.max_jobs,
+            "torch_cuda_arch_list": self.torch_cuda_arch_list,
+            "kernelpack_arch": self.kernelpack_arch,
+            "native": list(self.native),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SelectionRecord:
+        max_jobs = data.get("max_jobs")
+        return cls(
+            max_jobs=max_jobs if isinstance(max_jobs, int) else None,
+            torch_cuda_arch_list=data.get("torch_cuda_arch_list"),
+            kernelpack_arch=data.get("kernelpack_arch"),
+            native=tuple(str(c) for c in data.get("native", ())),
+        )
+
+
+@dataclass(frozen=True)
 class BuildRecord:
     """The whole `_kernelpack.json`."""
 
@@ -131,23 +164,30 @@ class BuildRecord:
     toolchain: ToolchainRecord
     kernels: dict[str, KernelRecord] = field(default_factory=dict)
     schema: int = SCHEMA
+    selection: SelectionRecord | None = None
+    """Present when `MAX_JOBS`, `TORCH_CUDA_ARCH_LIST` or `KERNELPACK_ARCH` was set."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "schema": self.schema,
             "package": self.package,
             "version": self.version,
             "toolchain": self.toolchain.to_json(),
             "kernels": {name: k.to_json() for name, k in self.kernels.items()},
         }
+        if self.selection is not None:
+            data["selection"] = self.selection.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BuildRecord:
         schema = data.get("schema")
         if schema != SCHEMA:
             raise ValueError(f"build record schema {schema!r} is not supported (expected {SCHEMA})")
+        selection = data.get("selection")
         return cls(
             schema=SCHEMA,
+            selection=SelectionRecord.from_json(selection) if isinstance(selection, dict) else None,
             package=str(data["package"]),
             version=str(data["version"]),
             toolchain=ToolchainRecord.from_json(dict(data.get("toolchain", {}))),

@@ -10,6 +10,7 @@ previous libraries stay untouched.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -20,28 +21,32 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from kernelpack.builder import graph, install, modinit
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.compiler_cache import session as launcher_session
+from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
+from kernelpack.conventions import max_jobs
 from kernelpack.errors import BuildError
 from kernelpack.filekinds import is_header
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
-from kernelpack_runtime.record import BuildRecord, KernelRecord, ToolchainRecord
+from kernelpack_runtime.record import BuildRecord, KernelRecord, SelectionRecord, ToolchainRecord
 
 if TYPE_CHECKING:
     from kernelpack.project import Project
 
 __all__ = [
+    "COMPDB_FILENAME",
     "BuildOptions",
     "BuildResult",
+    "Output",
     "build_dir_for",
     "build_project",
     "compile_plan",
@@ -50,6 +55,12 @@ __all__ = [
     "library_path",
     "sources_sha256",
 ]
+
+#: The compilation database every build writes into its build folder (clangd, IDEs).
+COMPDB_FILENAME = "compile_commands.json"
+
+Output = Literal["quiet", "normal", "verbose"]
+"""quiet: only errors; normal: progress and compiler output; verbose: also every command."""
 
 # The module init's atomic writes (the link's temporaries follow the library's name).
 _GEN_TEMP = install.temp_of("_C_init.c")
@@ -68,6 +79,7 @@ class BuildOptions:
     stream: TextIO | None = None
     """Where progress and compiler output go (default stderr)."""
     environ: Mapping[str, str] | None = None
+    output: Output = "normal"
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,14 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
     libraries: dict[str, Path] = {}
     steps: tuple[Step, ...] = ()
     stats: CacheStats | None = None
+    cap = max_jobs(environ)
+    jobs = options.jobs or toolchain.jobs
+    if cap is not None:
+        jobs = min(jobs, cap)
+    stream = options.stream
+    settings = _settings_line(plan, jobs, cap, verbose=options.output == "verbose")
+    if settings is not None and options.output != "quiet":
+        (stream if stream is not None else sys.stderr).write(settings + "\n")
     with build_lock(build_dir) as lock:
         _remove_stale_temps(plan, build_dir)
         generated = _write_generated(plan, build_dir)
@@ -168,7 +188,6 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                         root=options.root.absolute(),
                     )
                 )
-            jobs = options.jobs or toolchain.jobs
             root = options.root.absolute()
             nvcc = toolchain.nvcc
             # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
@@ -199,19 +218,30 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             ) as cache:
                 if cache.launcher != toolchain.launcher:
                     render(cache.launcher)  # the launcher could not start: compile without it
+                entries = ninja_runner.compdb(build_dir, cache.env)
+                _write_compdb(build_dir, entries)
                 steps = _run_ninja(
-                    build_dir, libraries, lock, jobs=jobs, env=cache.env, options=options
+                    build_dir,
+                    libraries,
+                    lock,
+                    jobs=jobs,
+                    env=cache.env,
+                    options=options,
+                    commands={e["output"]: e["command"] for e in entries},
                 )
             stats = cache.stats
-            if stats is not None:
+            if stats is not None and options.output != "quiet":
                 out = options.stream if options.stream is not None else sys.stderr
                 out.write(stats.line() + "\n")
                 out.flush()
+        else:
+            _write_compdb(build_dir, [])
         record = BuildRecord(
             package=plan.manifest.package,
             version=plan.version,
             toolchain=_toolchain_record(plan),
             kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
+            selection=_selection_record(plan, cap, environ),
         )
     return BuildResult(
         plan=plan,
@@ -233,9 +263,11 @@ def _run_ninja(
     jobs: int,
     env: Mapping[str, str],
     options: BuildOptions,
+    commands: Mapping[str, str],
 ) -> tuple[Step, ...]:
     """Run the graph; a staged library that is not whole (truncated in the build folder
-    after its link, say) is removed and linked again, once."""
+    after its link, say) is removed and linked again, once. `commands` (output -> command
+    line) are printed in verbose output."""
 
     def run(targets: tuple[str, ...] = ()) -> tuple[Step, ...]:
         result = ninja_runner.run(
@@ -246,6 +278,9 @@ def _run_ninja(
             stream=options.stream,
             on_failure=lambda failed, output: _failure_message(failed, output, build_dir),
             on_start=lock.record_child,
+            commands=commands if options.output == "verbose" else None,
+            quiet=options.output == "quiet",
+            relocate=Relocator.here(build_dir).line,
         )
         return tuple(result.steps)
 
@@ -310,6 +345,7 @@ def build_project(
     build_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
+    output: Output = "normal",
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see `install_inplace`
     and `kernelpack.backend.wheel`."""
@@ -320,6 +356,7 @@ def build_project(
         jobs=jobs,
         stream=stream,
         environ=env,
+        output=output,
     )
     return compile_plan(plan_project(project, env, kernels=kernels, require=require), options)
 
@@ -392,6 +429,54 @@ def _toolchain_record(plan: BuildPlan) -> ToolchainRecord:
         cxx11_abi=tc.cxx11_abi,
         python=tc.python,
         machine=tc.machine,
+    )
+
+
+def _write_compdb(build_dir: Path, entries: list[dict[str, str]]) -> None:
+    """`compile_commands.json`: ninja's entries of the compile steps (links are no
+    compilation), with the real command lines."""
+    compiles = [e for e in entries if not e.get("output", "").startswith("lib/")]
+    _write_if_changed(build_dir / COMPDB_FILENAME, json.dumps(compiles, indent=2) + "\n")
+
+
+def _settings_line(plan: BuildPlan, jobs: int, cap: int | None, *, verbose: bool) -> str | None:
+    """`MAX_JOBS=2: 2 jobs; TORCH_CUDA_ARCH_LIST=9.0: rmsnorm 9.0a, moe none (not-selected)`;
+    None when neither variable is set (verbose: always a line)."""
+    if cap is None and plan.archs is None and not verbose:
+        return None
+    parts = [
+        f"MAX_JOBS={cap}: {_jobs(jobs)}" if cap is not None else f"{_jobs(jobs)} (MAX_JOBS unset)"
+    ]
+    if plan.archs is None:
+        parts.append("archs as declared (TORCH_CUDA_ARCH_LIST and KERNELPACK_ARCH unset)")
+    else:
+        shown = []
+        for kernel in plan.kernels:
+            if kernel.build:
+                shown.append(f"{kernel.name} {' '.join(str(a) for a in kernel.archs)}")
+            elif (
+                kernel.skip is not None and kernel.skip.code == "not-selected" and not kernel.archs
+            ):
+                shown.append(f"{kernel.name} none (not-selected)")
+        parts.append(f"{plan.archs.describe()}: {', '.join(shown) or 'no kernel'}")
+    return "kernelpack: " + "; ".join(parts)
+
+
+def _selection_record(
+    plan: BuildPlan, cap: int | None, environ: Mapping[str, str]
+) -> SelectionRecord | None:
+    listed = environ.get("TORCH_CUDA_ARCH_LIST", "").strip() or None
+    wanted = environ.get("KERNELPACK_ARCH", "").strip() or None
+    if cap is None and listed is None and wanted is None:
+        return None
+    native: tuple[str, ...] = ()
+    archs = plan.archs
+    while archs is not None:
+        if archs.native:
+            native = tuple(f"{major}.{minor}" for major, minor in sorted(archs.capabilities))
+        archs = archs.narrower
+    return SelectionRecord(
+        max_jobs=cap, torch_cuda_arch_list=listed, kernelpack_arch=wanted, native=native
     )
 
 
@@ -468,3 +553,7 @@ def _failure_message(failed: str, output: str, build_dir: Path) -> str:
     )
     detail = f": {first}" if first else f" (see the output above; build folder {build_dir})"
     return f"{what} {verb}{detail}"
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"

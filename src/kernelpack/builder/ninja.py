@@ -4,11 +4,14 @@ ninja comes from the `ninja` PyPI package (a dependency of kernelpack), else fro
 Per-step wall times come from `.ninja_log`, for the steps this run executed. ninja runs in
 a process group of its own, tied to our life (`kernelpack.builder.processes`); a reader
 thread drains its output, so a chatty compiler never blocks it, and the main thread stays
-free to handle a signal.
+free to handle a signal. Output modes: the default progress; verbose (`commands` given)
+prints each step's full command line as ninja runs it; quiet prints only what failed steps
+printed; `relocate` rewrites the compilers' file names (`diagnostics.Relocator`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -25,7 +28,16 @@ from typing import IO, TextIO
 from kernelpack.builder import processes
 from kernelpack.errors import BuildError, Interrupted
 
-__all__ = ["STOP_GRACE", "NinjaResult", "Step", "environment", "has_work", "ninja_binary", "run"]
+__all__ = [
+    "STOP_GRACE",
+    "NinjaResult",
+    "Step",
+    "compdb",
+    "environment",
+    "has_work",
+    "ninja_binary",
+    "run",
+]
 
 #: Seconds ninja gets to stop its compiles after a stop signal before all are killed.
 STOP_GRACE = 1.0
@@ -90,19 +102,29 @@ def run(
     stream: TextIO | None = None,
     on_failure: Callable[[str, str], str] | None = None,
     on_start: Callable[[processes.ChildRun], None] | None = None,
+    commands: Mapping[str, str] | None = None,
+    quiet: bool = False,
+    relocate: Callable[[str], str] | None = None,
 ) -> NinjaResult:
     """Run ninja in `build_dir`; raise `BuildError` when a step fails.
 
     `on_failure(failed_output, compiler_output)` turns the failure into the error message;
     `on_start(run)` learns ninja's process and run token (the build lock records them).
     Compiler output goes to `stream` (default stderr) as it arrives; on a terminal,
-    progress is one line rewritten in place.
+    progress is one line rewritten in place. With `commands` (output -> command line, see
+    `compdb`) each step prints its command instead of its name; with `quiet`, only failed
+    steps print; `relocate` rewrites each line of compiler output.
 
     SIGINT, SIGTERM or SIGHUP while ninja runs stop ninja and every compile below it within
     `STOP_GRACE` seconds (ninja removes the outputs of the steps it interrupted), then
     propagate as `KeyboardInterrupt` (`Interrupted` for SIGTERM and SIGHUP).
     """
-    display = _Display(stream if stream is not None else sys.stderr)
+    display = _Display(
+        stream if stream is not None else sys.stderr,
+        commands=commands,
+        quiet=quiet,
+        relocate=relocate,
+    )
     cmd = [ninja_binary(), "-C", str(build_dir), f"-j{max(1, jobs)}", *targets]
     run_env = dict(env)
     run_env["NINJA_STATUS"] = _STATUS_PREFIX + "[%f/%t] "
@@ -184,12 +206,25 @@ def _stop_signal(exc: BaseException) -> int:
 class _Display:
     """What the user sees of ninja's output: progress lines and the compilers' messages."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        commands: Mapping[str, str] | None = None,
+        quiet: bool = False,
+        relocate: Callable[[str], str] | None = None,
+    ) -> None:
         self.stream = stream
-        self.live = stream.isatty()
+        self.commands = commands
+        self.quiet = quiet
+        self.relocate = relocate
+        # Verbose and quiet output are plain lines: nothing to rewrite in place.
+        self.live = stream.isatty() and not quiet and commands is None
         self.started: list[tuple[str, str]] = []
         self.captured: list[str] = []
         self.failed: str | None = None
+        self.failing = False  # the lines since the last status line belong to a failed step
+        self.command_next = False  # ninja prints a failed step's command after FAILED:
 
     def line(self, line: str) -> None:
         """Show one line of ninja's output."""
@@ -197,15 +232,27 @@ class _Display:
         if match:
             done, total, tool, output = match.groups()
             self.started.append((tool, output))
-            self.progress(f"[{done}/{total}] {tool} {output}")
+            self.failing = False
+            if not self.quiet:
+                name = f"{tool} {output}"
+                shown = self.commands.get(output, name) if self.commands else name
+                self.progress(f"[{done}/{total}] {shown}")
             return
         if line.startswith(("ninja: no work to do", "ninja: Entering")):
             return
         failure = _FAILED_RE.match(line)
+        visible = True
         if failure:
             self.failed = failure.group(1).strip()
+            self.failing = self.command_next = True
+        elif self.command_next:  # the failed step's command line: not an error
+            self.command_next = False
+            visible = not self.quiet
+        elif self.relocate is not None:
+            line = self.relocate(line)
         self.captured.append(line)
-        self.message(line)
+        if visible and (not self.quiet or self.failing or line.startswith("ninja: ")):
+            self.message(line)
 
     def progress(self, text: str) -> None:
         """A step started: one line, rewritten in place on a terminal."""
@@ -224,6 +271,23 @@ class _Display:
         if self.live and self.started:
             self.stream.write("\r\033[K")
             self.stream.flush()
+
+
+def compdb(build_dir: Path, env: Mapping[str, str]) -> list[dict[str, str]]:
+    """ninja's own compilation database of `build_dir` (`ninja -t compdb`): one entry per
+    edge, with `directory`, `command` (the real command line), `file` and `output`."""
+    proc = subprocess.run(
+        [ninja_binary(), "-C", str(build_dir), "-t", "compdb"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"ninja -t compdb failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    entries = json.loads(proc.stdout)
+    return [{str(k): str(v) for k, v in entry.items()} for entry in entries]
 
 
 def _read_lines(pipe: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:

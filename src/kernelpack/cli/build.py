@@ -1,12 +1,11 @@
-"""`kernelpack build [PATH] [--wheel-dir DIR | --inplace] [--kernels a,b] [--require] [-j N]`."""
+"""`kernelpack build [PATH] [--wheel-dir DIR | --inplace] [--kernels a,b] [--require] [-j N]
+[-v | -q]`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-
-from rich.console import Console
 
 from kernelpack.errors import UsageError
 from kernelpack.plan import parse_kernels
@@ -42,6 +41,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "-j", "--jobs", type=int, metavar="N", help="parallel jobs (default: cores and memory)"
     )
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-v", "--verbose", action="store_true", help="print each command as ninja runs it"
+    )
+    loudness.add_argument(
+        "-q", "--quiet", action="store_true", help="print only errors and the result"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -57,17 +63,27 @@ def _run(args: argparse.Namespace) -> int:
     if project.found:
         print(f"kernelpack build: using {project.found}", file=sys.stderr)
     validate_project(project)
+    output: engine.Output = "verbose" if args.verbose else "quiet" if args.quiet else "normal"
     result = engine.build_project(
-        project, kernels=kernels, require=args.require, jobs=args.jobs, stream=sys.stderr
+        project,
+        kernels=kernels,
+        require=args.require,
+        jobs=args.jobs,
+        stream=sys.stderr,
+        output=output,
     )
-    console = Console(stderr=True)
+    console = report.console(stderr=True)
+    summary = report.print_result_line if args.quiet else report.print_summary
     if args.inplace:
         engine.install_inplace(result)
-        report.print_summary(result, console)
+        summary(result, console)
         return 0
     from kernelpack.backend.wheel import write_wheel
 
     path = write_wheel(project, result, args.wheel_dir or project.root / "dist")
-    report.print_summary(result, console, wheel=path)
+    if args.quiet:
+        report.print_result_line(result, console)
+    else:
+        report.print_summary(result, console, wheel=path)
     print(path)
     return 0

@@ -15,6 +15,8 @@ import sys
 import sysconfig
 import tarfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -308,3 +310,174 @@ def test_config_setting_kernels_must_name_a_kernel(
     monkeypatch.chdir(PACKAGE)
     with pytest.raises(UsageError, match="config setting kernels ',' names no kernel"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path), {"kernels": ","})
+
+
+# --- editable installs rebuild on import ---------------------------------------------------
+
+SCALE_CU = Path("kpdemo", "scale", "csrc", "scale.cu")
+NEW_OP = 'KP_STABLE_LIBRARY(m) { m.def("scale(Tensor x, float factor) -> Tensor"); }'
+HAS_NEW_OP = "import torch, kpdemo.scale; print(hasattr(torch.ops.kpdemo_scale, 'scale_twice'))"
+REBUILT_SCALE = re.compile(r"^kernelpack: rebuilt scale \(1 file, \d+\.\d s\)$", re.MULTILINE)
+
+
+def _venv(where: Path) -> Path:
+    venv = where / "v"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    purelib = subprocess.run(
+        [
+            venv / "bin" / "python",
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return venv
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, Path]:
+    """(venv, project root): kpdemo installed with `pip install --no-build-isolation -e`."""
+    where = tmp_path_factory.mktemp("editable")
+    venv, root = _venv(where), _copy(where / "kpdemo")
+    subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", *EDITABLE, root],
+        env=_env(ccache_dir),
+        check=True,
+    )
+    return venv, root
+
+
+def _import(venv: Path, code: str, cwd: Path, ccache_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [venv / "bin" / "python", "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_env(ccache_dir),
+        check=False,
+    )
+
+
+@contextmanager
+def _edited(path: Path, old: str, new: str) -> Iterator[None]:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    try:
+        yield
+    finally:
+        path.write_text(text)
+
+
+def test_editable_import_rebuilds_an_edited_kernel_and_says_so_in_one_line(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, root = editable
+    before = _import(venv, HAS_NEW_OP, tmp_path, ccache_dir)
+    assert (before.stdout.strip(), before.stderr) == ("False", "")
+    new = NEW_OP.replace("); }", '); m.def("scale_twice(Tensor x) -> Tensor"); }')
+    with _edited(root / SCALE_CU, NEW_OP, new):
+        after = _import(venv, HAS_NEW_OP, tmp_path, ccache_dir)
+        assert after.stdout.strip() == "True", after.stderr
+        assert REBUILT_SCALE.fullmatch(after.stderr.strip()), after.stderr
+    restored = _import(venv, HAS_NEW_OP, tmp_path, ccache_dir)
+    assert restored.stdout.strip() == "False"
+
+
+def test_editable_noop_import_prints_nothing_and_compiles_nothing(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, root = editable
+    _import(venv, "import kpdemo", tmp_path, ccache_dir)  # settle any earlier edit
+    library = root / "kpdemo" / "scale" / "_C.abi3.so"
+    mtime = library.stat().st_mtime_ns
+    again = _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert library.stat().st_mtime_ns == mtime
+
+
+def test_editable_header_edit_rebuilds_its_includer_through_the_depfile(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, root = editable
+    header = root / "kpdemo" / "scale" / "csrc" / "scale.h"
+    with _edited(header, "256", "128"):
+        out = _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    assert REBUILT_SCALE.fullmatch(out.stderr.strip()), out.stderr
+
+
+def test_editable_manifest_flag_change_rebuilds_that_kernel(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, root = editable
+    manifest = root / "kpdemo" / "kernels.toml"
+    old = 'sources = ["csrc/scale.cu"]'
+    with _edited(manifest, old, old + '\ndefines = { KPDEMO_EDITABLE = "1" }'):
+        out = _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    # the define reaches the kernel's source and its generated module init
+    assert re.fullmatch(r"kernelpack: rebuilt scale \(2 files, \d+\.\d s\)", out.stderr.strip())
+
+
+def test_editable_compile_error_raises_import_error_with_the_compilers_line(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, root = editable
+    line = (root / SCALE_CU).read_text().splitlines().index(NEW_OP) + 2  # 1-based, next line
+    broken = NEW_OP + "\nint broken = undefined_name;"
+    with _edited(root / SCALE_CU, NEW_OP, broken):
+        out = _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    assert out.returncode == 1
+    error = next(ln for ln in out.stderr.splitlines() if ln.startswith("ImportError: "))
+    assert error.startswith("ImportError: kernelpack: rebuilding kpdemo failed: kernel 'scale'")
+    assert f'{root / SCALE_CU}({line}): error: identifier "undefined_name"' in out.stderr
+    assert "int broken = undefined_name;" in out.stderr  # the compiler's own lines follow
+
+
+def test_editable_noop_check_costs_well_under_50_ms(
+    editable: tuple[Path, Path], ccache_dir: Path, tmp_path: Path
+) -> None:
+    venv, _ = editable
+    _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    code = (
+        "import sys, time, statistics\n"
+        "f = next(m for m in sys.meta_path if type(m).__name__ == 'EditableFinder')\n"
+        "times = []\n"
+        "for _ in range(7):\n"
+        "    t = time.perf_counter(); assert not f.stale(); times.append(time.perf_counter() - t)\n"
+        "print(statistics.median(times) * 1000)\n"
+    )
+    out = _import(venv, code, tmp_path, ccache_dir)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 50.0
+
+
+def test_uv_editable_import_rebuilds_an_edited_kernel(ccache_dir: Path, tmp_path: Path) -> None:
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(uv).is_file():
+        pytest.skip("uv is not installed")
+    venv, root = _venv(tmp_path), _copy(tmp_path / "kpdemo")
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--offline",
+            "--no-deps",
+            *EDITABLE,
+            root,
+            "--python",
+            venv / "bin" / "python",
+        ],
+        env=_env(ccache_dir),
+        check=True,
+        capture_output=True,
+    )
+    new = NEW_OP.replace("); }", '); m.def("scale_twice(Tensor x) -> Tensor"); }')
+    with _edited(root / SCALE_CU, NEW_OP, new):
+        out = _import(venv, HAS_NEW_OP, tmp_path, ccache_dir)
+    assert out.stdout.strip() == "True", out.stderr
+    assert REBUILT_SCALE.fullmatch(out.stderr.strip()), out.stderr

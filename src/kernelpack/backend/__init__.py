@@ -15,6 +15,7 @@ CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from kernelpack.backend import editable
 from kernelpack.backend.metadata import validate_project
 from kernelpack.backend.sdist import write_sdist
 from kernelpack.backend.tags import provisional_platform, wheel_tag
@@ -178,13 +180,21 @@ def build_editable(
     metadata_directory: str | None = None,
 ) -> str:
     """PEP 660: compile in place (libraries and record into the source tree) and return a
-    wheel whose `.pth` puts the source tree on `sys.path`."""
+    wheel whose `.pth` puts the source tree on `sys.path` and whose import hook rebuilds
+    what changed when the package is imported (`kernelpack.backend.editable`)."""
     project = _build_project()
+    options = _selection(config_settings)
     with _explain_isolation():
-        result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+        result = engine.build_project(project, stream=sys.stderr, **options)
     engine.install_inplace(result)
+    editable.write_stamp(project, result)
+    settings = editable.settings_for(project, options, os.environ)
     path = write_wheel(
-        project, result, Path(wheel_directory), editable_path=project.package_dir.parent
+        project,
+        result,
+        Path(wheel_directory),
+        editable_path=project.package_dir.parent,
+        editable_files=editable.hook_files(project, settings),
     )
     return path.name
 

@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -185,13 +185,15 @@ def write_wheel(
     *,
     editable_path: Path | None = None,
     stream: TextIO | None = None,
+    editable_files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write the wheel of a finished build into `wheel_dir` and return its path.
 
-    With `editable_path` (PEP 660), the wheel holds only the metadata and a `.pth` naming
-    that folder (the libraries were installed in place). A warning about the platform tag
-    goes to `stream` (default stderr). Everything that can be wrong with the project
-    (`[project]`, a symlink out of the package) is raised before anything is written.
+    With `editable_path` (PEP 660), the wheel holds only the metadata, a `.pth` naming
+    that folder (the libraries were installed in place) and `editable_files` (archive name
+    -> text: the rebuild-on-import hook, see `kernelpack.backend.editable`). A warning about
+    the platform tag goes to `stream` (default stderr). Everything that can be wrong with the
+    project (`[project]`, a symlink out of the package) is raised before anything is written.
     """
     version = result.record.version
     metadata = wheel_metadata(project, version)
@@ -199,6 +201,7 @@ def write_wheel(
     members: list[tuple[str, bytes | Path]] = []
     if editable_path is not None:
         members.append((f"_{_dist(project)}_editable.pth", f"{editable_path}\n".encode()))
+        members += [(name, text.encode()) for name, text in (editable_files or {}).items()]
         platform_name = provisional_platform()
     else:
         generated = {f"{package}/{rel}": staged for rel, staged in result.generated.items()}

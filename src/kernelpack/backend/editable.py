@@ -1,0 +1,207 @@
+"""Editable installs that rebuild on import (PEP 660), as meson-python's editable mode does.
+
+`build_editable` compiles in place and ships a wheel with three files besides its metadata:
+`_<dist>_editable.pth` (the source tree's parent folder, so the package imports from there),
+`_<dist>_editable_hook.py` (a copy of `_editable_hook`, which holds the finder, ending in
+`install(...)` with this project's facts) and `_<dist>_editable_hook.pth`
+(`import _<dist>_editable_hook`). The finder runs `python -m kernelpack.backend.editable ROOT
+--settings JSON` (this module's `main`) when anything changed; it rebuilds with the settings
+the install was made with (config settings and the selection variables, so a shell that sets
+other ones does not change what an import builds), installs in place, rewrites the stamp, and
+prints one JSON line for the finder: what it compiled, or the error and the compiler's first
+error lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelpack.backend import _editable_hook as hook
+from kernelpack.builder import engine
+from kernelpack.builder.engine import BuildResult
+from kernelpack.builder.ninja import ninja_binary
+from kernelpack.errors import KernelpackError
+from kernelpack.project import Project, locate
+
+__all__ = ["hook_files", "main", "rebuild", "settings_for", "write_stamp"]
+
+#: Variables that change what a build produces, recorded at install time (besides every
+#: `KERNELPACK_*` and `<PREFIX>_*` variable). `MAX_JOBS` and `PATH` are not: they may differ.
+_RECORDED = (
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CC",
+    "CXX",
+)
+_OWN = ("KERNELPACK_EDITABLE_",)
+#: Compiler output kept for the `ImportError`: from the first error line, this many lines.
+_ERROR_LINES = 8
+_ERROR_RE = re.compile(r"\berror\b", re.IGNORECASE)
+
+
+def _prefixes(project: Project) -> tuple[str, ...]:
+    return ("KERNELPACK_", f"{project.env_prefix}_")
+
+
+def settings_for(
+    project: Project, options: Mapping[str, Any], environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a rebuild must reuse: the install's build options (`kernels`, `require`, `jobs`)
+    and the values of the variables that shape the build (None: unset)."""
+    prefixes = _prefixes(project)
+    env: dict[str, str | None] = {name: environ.get(name) for name in _RECORDED}
+    for name, value in environ.items():
+        if name.startswith(prefixes) and not name.startswith(_OWN):
+            env[name] = value
+    recorded: dict[str, Any] = {}
+    for key, value in options.items():
+        recorded[key] = sorted(value) if isinstance(value, frozenset) else value
+    return {"options": recorded, "env": dict(sorted(env.items()))}
+
+
+def _environment(
+    project: Project, settings: Mapping[str, Any], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """`environ` with the recorded variables as they were at install time."""
+    recorded: Mapping[str, str | None] = settings.get("env", {})
+    prefixes = _prefixes(project)
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in recorded or not name.startswith(prefixes) or name.startswith(_OWN)
+    }
+    for name, value in recorded.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def _options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    options = dict(settings.get("options", {}))
+    if "kernels" in options:
+        options["kernels"] = frozenset(options["kernels"])
+    return options
+
+
+def hook_files(project: Project, settings: Mapping[str, Any]) -> dict[str, str]:
+    """Archive name -> text of the hook module and the `.pth` that imports it."""
+    dist = re.sub(r"[^A-Za-z0-9]+", "_", project.dist_name).lower()
+    module = f"_{dist}_editable_hook"
+    facts = {
+        "package": project.package,
+        "root": str(project.root),
+        "build_dir": str(engine.build_dir_for(project).absolute()),
+        "python": sys.executable,
+        "ninja": ninja_binary(),
+        "settings": dict(settings),
+    }
+    source = Path(hook.__file__).read_text(encoding="utf-8")
+    text = f"{source}\n\ninstall(**{facts!r})\n"
+    return {f"{module}.py": text, f"{module}.pth": f"import {module}\n"}
+
+
+def _stamp_files(project: Project, result: BuildResult) -> list[Path]:
+    package_dir = project.package_dir
+    files = [project.manifest_path, package_dir / "_kernelpack.json"]
+    if project.pyproject is not None:
+        files.append(project.pyproject)
+    folders: set[Path] = set()
+    for kernel in result.plan.kernels:
+        folders.add(kernel.spec.folder)
+        folders.update(source.parent for source in kernel.spec.sources)
+        library = result.record.kernels[kernel.name].library
+        if library is not None:
+            files.append(package_dir / library)
+    return [*files, *sorted(folders)]
+
+
+def write_stamp(project: Project, result: BuildResult) -> None:
+    """The stamp the finder compares against: size and mtime of each watched path (None
+    for one that does not exist), and whether there is a graph for `ninja -n`."""
+    files: dict[str, tuple[int | None, int | None]] = {}
+    for path in _stamp_files(project, result):
+        try:
+            info = path.stat()
+        except OSError:
+            files[str(path.absolute())] = (None, None)
+            continue
+        files[str(path.absolute())] = (info.st_size, info.st_mtime_ns)
+    build_dir = engine.build_dir_for(project)
+    stamp = {"files": files, "graph": bool(result.plan.to_build)}
+    build_dir.mkdir(parents=True, exist_ok=True)
+    from kernelpack_runtime._files import write_text_atomic
+
+    write_text_atomic(build_dir / hook.STAMP, json.dumps(stamp, indent=1) + "\n")
+
+
+def _compiled(result: BuildResult) -> dict[str, int]:
+    """Kernel -> number of files compiled (`obj/<kernel>/…`), in build order."""
+    counts: dict[str, int] = {}
+    for step in result.compiled:
+        parts = step.output.split("/")
+        if len(parts) > 2 and parts[0] == "obj":
+            counts[parts[1]] = counts.get(parts[1], 0) + 1
+    return counts
+
+
+def _first_error_lines(output: str) -> list[str]:
+    lines = [ln for ln in output.splitlines() if not ln.startswith(("FAILED: ", "ninja: "))]
+    for index, line in enumerate(lines):
+        if _ERROR_RE.search(line):
+            return [ln.rstrip() for ln in lines[index : index + _ERROR_LINES] if ln.strip()]
+    return []
+
+
+def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -> dict[str, Any]:
+    """Rebuild the project at `root` in place with the install's `settings`; the outcome as
+    the finder reads it: `{"ok": true, "compiled": {kernel: files}}` or `{"ok": false,
+    "error": line, "compiler": [first error lines]}`."""
+    captured = io.StringIO()
+    try:
+        project = locate(root)
+        env = _environment(project, settings, os.environ)
+        result = engine.build_project(
+            project,
+            environ=env,
+            stream=sys.stderr if verbose else captured,
+            output="normal" if verbose else "quiet",
+            **_options(settings),
+        )
+        engine.install_inplace(result)
+        write_stamp(project, result)
+    except KernelpackError as exc:
+        return {
+            "ok": False,
+            "error": str(exc),
+            "compiler": _first_error_lines(captured.getvalue()),
+        }
+    return {"ok": True, "compiled": _compiled(result)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kernelpack.backend.editable ROOT --settings JSON [--verbose]`."""
+    parser = argparse.ArgumentParser(prog="python -m kernelpack.backend.editable")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--settings", default="{}")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    outcome = rebuild(args.root, json.loads(args.settings), verbose=args.verbose)
+    print(json.dumps(outcome))
+    return 0 if outcome["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -184,10 +184,11 @@ def build_editable(
     what changed when the package is imported (`kernelpack.backend.editable`)."""
     project = _build_project()
     options = _selection(config_settings)
+    before = editable.inputs(project)
     with _explain_isolation():
         result = engine.build_project(project, stream=sys.stderr, **options)
     engine.install_inplace(result)
-    editable.write_stamp(project, result)
+    editable.write_stamp(project, result, before)
     settings = editable.settings_for(project, options, os.environ)
     path = write_wheel(
         project,

@@ -176,6 +176,12 @@ def _outcome(stdout: str | None) -> dict[str, Any] | None:
 
 def _failure(package: str, outcome: dict[str, Any] | None, stderr: str | None) -> str:
     if outcome is None:
+        if "No module named 'kernelpack" in (stderr or ""):
+            return (
+                f"kernelpack: cannot rebuild {package}: kernelpack is not importable by the "
+                "interpreter that installed it; editable rebuilds need an install made "
+                "with --no-build-isolation"
+            )
         tail = (stderr or "").strip().splitlines()[-5:]
         detail = "\n".join(["the build did not report", *tail])
     else:

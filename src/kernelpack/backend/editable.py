@@ -30,8 +30,18 @@ from kernelpack.builder.engine import BuildResult
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.errors import KernelpackError
 from kernelpack.project import Project, locate
+from kernelpack_runtime._files import write_text_atomic
 
-__all__ = ["hook_files", "main", "rebuild", "settings_for", "write_stamp"]
+__all__ = [
+    "Snapshot",
+    "hook_files",
+    "inputs",
+    "main",
+    "rebuild",
+    "settings_for",
+    "snapshot",
+    "write_stamp",
+]
 
 #: Variables that change what a build produces, recorded at install time (besides every
 #: `KERNELPACK_*` and `<PREFIX>_*` variable). `MAX_JOBS` and `PATH` are not: they may differ.
@@ -113,37 +123,50 @@ def hook_files(project: Project, settings: Mapping[str, Any]) -> dict[str, str]:
     return {f"{module}.py": text, f"{module}.pth": f"import {module}\n"}
 
 
-def _stamp_files(project: Project, result: BuildResult) -> list[Path]:
-    package_dir = project.package_dir
-    files = [project.manifest_path, package_dir / "_kernelpack.json"]
+Snapshot = dict[str, tuple[int | None, int | None]]
+
+
+def snapshot(paths: Sequence[Path]) -> Snapshot:
+    """Size and mtime (ns) of each path, (None, None) for one that does not exist."""
+    found: Snapshot = {}
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            found[str(path.absolute())] = (None, None)
+            continue
+        found[str(path.absolute())] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def inputs(project: Project) -> Snapshot:
+    """The inputs the graph does not cover, taken before a build: an edit made while it
+    runs is then seen by the next import."""
+    files = [project.manifest_path]
     if project.pyproject is not None:
         files.append(project.pyproject)
+    return snapshot(files)
+
+
+def write_stamp(project: Project, result: BuildResult, before: Snapshot) -> None:
+    """The stamp the finder compares against: `before` (see `inputs`), the record, the
+    installed libraries and the source folders (a file added to a glob), and whether there
+    is a graph for `ninja -n`."""
+    package_dir = project.package_dir
+    paths = [package_dir / "_kernelpack.json"]
     folders: set[Path] = set()
     for kernel in result.plan.kernels:
         folders.add(kernel.spec.folder)
         folders.update(source.parent for source in kernel.spec.sources)
         library = result.record.kernels[kernel.name].library
         if library is not None:
-            files.append(package_dir / library)
-    return [*files, *sorted(folders)]
-
-
-def write_stamp(project: Project, result: BuildResult) -> None:
-    """The stamp the finder compares against: size and mtime of each watched path (None
-    for one that does not exist), and whether there is a graph for `ninja -n`."""
-    files: dict[str, tuple[int | None, int | None]] = {}
-    for path in _stamp_files(project, result):
-        try:
-            info = path.stat()
-        except OSError:
-            files[str(path.absolute())] = (None, None)
-            continue
-        files[str(path.absolute())] = (info.st_size, info.st_mtime_ns)
+            paths.append(package_dir / library)
+    stamp = {
+        "files": {**before, **snapshot([*paths, *sorted(folders)])},
+        "graph": bool(result.plan.to_build),
+    }
     build_dir = engine.build_dir_for(project)
-    stamp = {"files": files, "graph": bool(result.plan.to_build)}
     build_dir.mkdir(parents=True, exist_ok=True)
-    from kernelpack_runtime._files import write_text_atomic
-
     write_text_atomic(build_dir / hook.STAMP, json.dumps(stamp, indent=1) + "\n")
 
 
@@ -172,6 +195,7 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
     captured = io.StringIO()
     try:
         project = locate(root)
+        before = inputs(project)
         env = _environment(project, settings, os.environ)
         result = engine.build_project(
             project,
@@ -181,7 +205,7 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
             **_options(settings),
         )
         engine.install_inplace(result)
-        write_stamp(project, result)
+        write_stamp(project, result, before)
     except KernelpackError as exc:
         return {
             "ok": False,

@@ -49,6 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack.torchprobe",
         "kernelpack.deps",
         "kernelpack.launcher",
+        "kernelpack.conventions",
     ),
     "plan": ("kernelpack.plan",),
     "builder": ("kernelpack.builder",),

@@ -29,7 +29,8 @@ status=0
 tools=$work/tools
 "$py" -m pip install -q --no-index --no-deps --no-compile --target "$tools" \
   "$dir"/wheels/kernelpack_runtime-*.whl "$dir"/wheels/kernelpack-*.whl \
-  "$dir"/wheels/nvidia_cutlass-*.whl 2>&1 | tee -a "$out/env.txt"
+  "$dir"/wheels/nvidia_cutlass-*.whl "$dir"/wheels/pyelftools-*.whl \
+  "$dir"/wheels/pyproject_metadata-*.whl "$dir"/wheels/auditwheel-*.whl 2>&1 | tee -a "$out/env.txt"
 export PYTHONPATH=$tools
 
 # Build the classic-ABI projects here, in parallel; each log says what it compiled.

@@ -236,7 +236,7 @@ def test_wheel_holds_the_package_generated_ops_py_and_the_library(relu_stable: B
     assert f"{package}/{namespace}.abi3.so" in names
     assert f"{package}/_kernelpack.json" in names
     assert not [n for n in names if n.endswith((".cu", ".cpp", ".h"))]
-    assert relu_stable.wheel.name.endswith("-cp310-abi3-linux_x86_64.whl")
+    assert "-cp310-abi3-" in relu_stable.wheel.name
 
 
 @pytest.mark.parametrize(

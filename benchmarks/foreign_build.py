@@ -90,14 +90,16 @@ def main() -> int:
         },
         "projects": {},
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.names:
-            print(f"{name}: building", file=sys.stderr, flush=True)
-            results["projects"][name] = measure(name, Path(tmp))  # type: ignore[index]
-            print(json.dumps(results["projects"][name]), file=sys.stderr, flush=True)  # type: ignore[index]
-    results["machine"]["load_after"] = os.getloadavg()  # type: ignore[index]
+    projects: dict[str, object] = {}
+    results["projects"] = projects
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.names:  # the file is rewritten after each project
+            print(f"{name}: building", file=sys.stderr, flush=True)
+            projects[name] = measure(name, Path(tmp))
+            print(json.dumps(projects[name]), file=sys.stderr, flush=True)
+            results["load_after"] = os.getloadavg()
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(args.out)
     return 0
 

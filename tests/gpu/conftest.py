@@ -1,6 +1,7 @@
-"""Fixtures of the GPU tests: the llm_ops kernels, loaded through the package's registry.
+"""Fixtures of the GPU tests: the llm_ops and moe_ops kernels, loaded through the packages'
+registries.
 
-These tests run on a machine with an NVIDIA GPU (the `gpu` marker) and an installed llm_ops.
+These tests run on a machine with an NVIDIA GPU (the `gpu` marker) and installed packages.
 kernelpack's pytest plugin skips a test whose `kernel(...)` is unavailable, with the reason,
 and `--kernels-require` turns that skip into a failure on GPU runners. The fixtures below skip
 on their own too, so the files also run where the plugin is not installed.
@@ -23,14 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kernel(name): needs kernel `package.kernel` to be usable")
 
 
-def _load(kernel: str) -> ModuleType:
-    llm_ops = pytest.importorskip("llm_ops")
+def _load(kernel: str, package: str = "llm_ops") -> ModuleType:
+    pkg = pytest.importorskip(package)
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    reason = llm_ops.unavailable_reason(kernel)
+    reason = pkg.unavailable_reason(kernel)
     if reason is not None:
-        pytest.skip(f"llm_ops.{kernel}: {reason}")
-    module: ModuleType = llm_ops.load(kernel)
+        pytest.skip(f"{package}.{kernel}: {reason}")
+    module: ModuleType = pkg.load(kernel)
     return module
 
 
@@ -44,6 +45,12 @@ def rmsnorm() -> ModuleType:
 def silu_mul() -> ModuleType:
     """The `llm_ops.silu_mul` kernel module."""
     return _load("silu_mul")
+
+
+@pytest.fixture(scope="session")
+def moe() -> ModuleType:
+    """The `moe_ops.moe` kernel module."""
+    return _load("moe", "moe_ops")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,381 @@
+"""Speed of moe_ops on a GPU: grouped GEMM and the MoE layer forward, against torch.
+
+Shapes are expert layers of real models (bf16), with tokens routed by softmax top-k of random
+router logits (so the rows per expert are uneven, as in use):
+
+- ``mixtral``: H 4096, I 14336, E 8, top-2, T in {4096, 16384};
+- ``deepseek-v3``: H 7168, I 2048, E 256, top-8, T 4096;
+- ``qwen3-30b``: H 2048, I 768, E 128, top-8, T 16384.
+
+Grouped GEMM (each of the layer's two GEMMs, gate/up [T*k, H] x [E, H, 2I] and down
+[T*k, I] x [E, I, H]): ``moe_ops`` (each tile config), ``torch._grouped_mm`` and a loop of
+per-expert ``torch.mm`` (cuBLAS), each with the weights as ``[E, K, N]`` row-major and as the
+transposed view of ``[E, N, K]``. TFLOP/s counts GEMM FLOPs only (2 * rows * K * N).
+
+MoE forward: ``moe_ops.moe_forward`` against the same layer written with
+``torch._grouped_mm`` plus torch ops for the routing, permutation, SiLU-and-mul and combine
+(no host synchronisation in either). TFLOP/s counts the two GEMMs' FLOPs only.
+
+Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
+call: L2 flushed). Every timed implementation is first checked against ``torch._grouped_mm``.
+
+Usage: ``python benchmarks/moe.py --out moe.json [--png moe.png] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["main"]
+
+BF16 = torch.bfloat16
+Fn = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One expert layer: hidden H, intermediate I, experts E, top-k, tokens T."""
+
+    name: str
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+    tokens: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} T={self.tokens // 1024}k"
+
+    @property
+    def gemm_flops(self) -> float:
+        rows = self.tokens * self.top_k
+        return 2.0 * rows * self.hidden * 2 * self.inter + 2.0 * rows * self.inter * self.hidden
+
+
+LAYERS = (
+    Layer("mixtral", 4096, 14336, 8, 2, 4096),
+    Layer("mixtral", 4096, 14336, 8, 2, 16384),
+    Layer("deepseek-v3", 7168, 2048, 256, 8, 4096),
+    Layer("qwen3-30b", 2048, 768, 128, 8, 16384),
+)
+QUICK_LAYERS = (
+    Layer("mixtral", 4096, 14336, 8, 2, 4096),
+    Layer("qwen3-30b", 2048, 768, 128, 8, 4096),
+)
+
+
+def bench(fn: Fn) -> float:
+    """Median milliseconds of `fn`, L2 flushed before each call."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=150, return_mode="median"))
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.double(), ref.double()
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
+def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax top-k renormalised: (weights [T, k] fp32, experts [T, k] int64)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    top_w, top_e = probs.topk(top_k, dim=-1)
+    return top_w / top_w.sum(-1, keepdim=True), top_e
+
+
+def torch_moe(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """The expert layer in torch ops around torch._grouped_mm (no host synchronisation)."""
+    experts = logits.shape[1]
+    inter = w_gate_up.shape[2] // 2
+    top_w, top_e = route(logits, top_k)
+    flat_e = top_e.flatten()
+    order = flat_e.argsort(stable=True)
+    counts = torch.zeros(experts, dtype=torch.int32, device=x.device)
+    counts.scatter_add_(0, flat_e, torch.ones_like(flat_e, dtype=torch.int32))
+    offsets = counts.cumsum(0, dtype=torch.int32)
+    token_of = order // top_k
+    gate_up = torch._grouped_mm(x[token_of], w_gate_up, offs=offsets, out_dtype=BF16)
+    h = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    y = torch._grouped_mm(h, w_down, offs=offsets, out_dtype=BF16)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    out.index_add_(0, token_of, y.float() * top_w.flatten()[order, None])
+    return out.to(BF16)
+
+
+def cublas_loop(x: torch.Tensor, w: torch.Tensor, counts: Sequence[int]) -> Fn:
+    """Per-expert torch.mm into one output (host-known split sizes, as a loop would have)."""
+    out = torch.empty(x.shape[0], w.shape[2], dtype=BF16, device=x.device)
+    bounds = []
+    start = 0
+    for g, m in enumerate(counts):
+        if m:
+            bounds.append((g, start, start + m))
+        start += m
+
+    def run() -> torch.Tensor:
+        for g, a, b in bounds:
+            torch.mm(x[a:b], w[g], out=out[a:b])
+        return out
+
+    return run
+
+
+def _weights(experts: int, k: int, n: int, transposed: bool) -> torch.Tensor:
+    if transposed:
+        return (torch.randn(experts, n, k, device="cuda") * k**-0.5).to(BF16).transpose(-2, -1)
+    return (torch.randn(experts, k, n, device="cuda") * k**-0.5).to(BF16)
+
+
+def gemm_rows(
+    moe: Any,
+    name: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    offsets: torch.Tensor,
+    counts: Sequence[int],
+    layout: str,
+    quick: bool,
+) -> list[dict[str, Any]]:
+    rows_total, k = x.shape
+    n = w.shape[2]
+    flops = 2.0 * rows_total * k * n
+    ref = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
+    impls: dict[str, Fn] = {
+        "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16),
+    }
+    for config in ("auto", "cooperative", "pingpong"):
+        impls[f"moe_ops[{config}]"] = lambda c=config: moe.grouped_mm(x, w, offsets, config=c)
+    if not quick:
+        impls["cublas-loop"] = cublas_loop(x, w, counts)
+    result = []
+    for impl, fn in impls.items():
+        err = rel(fn(), ref)
+        ms = bench(fn)
+        result.append(
+            {
+                "gemm": name,
+                "layout": layout,
+                "impl": impl,
+                "M": rows_total,
+                "K": k,
+                "N": n,
+                "ms": ms,
+                "tflops": flops / ms / 1e9,
+                "rel_err_vs_torch": err,
+            }
+        )
+        print(
+            f"  {name:8s} {layout:10s} {impl:22s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s"
+            f"  err {err:.1e}",
+            flush=True,
+        )
+    return result
+
+
+def forward_rows(
+    moe: Any,
+    layer: Layer,
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    layout: str,
+) -> list[dict[str, Any]]:
+    """The layer forward, ours (each config) against torch's, on the same weights."""
+    k = layer.top_k
+    interleaved = moe.interleave_gate_up(w_gate_up)  # once, as at load time
+    ref = torch_moe(x, logits, w_gate_up, w_down, k)
+    impls: dict[str, Fn] = {
+        "torch ops + torch._grouped_mm": lambda: torch_moe(x, logits, w_gate_up, w_down, k),
+    }
+    for config in ("auto", "cooperative", "pingpong"):
+        impls[f"moe_ops.moe_forward[{config}]"] = lambda c=config: moe.moe_forward(
+            x, logits, interleaved, w_down, k, gate_up_interleaved=True, config=c
+        )
+    rows = []
+    for impl, fn in impls.items():
+        err = rel(fn(), ref)
+        ms = bench(fn)
+        tflops = layer.gemm_flops / ms / 1e9
+        rows.append(
+            {"layout": layout, "impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_torch": err}
+        )
+        print(
+            f"  forward  {layout:10s} {impl:32s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  err {err:.1e}",
+            flush=True,
+        )
+    return rows
+
+
+def run_layer(moe: Any, layer: Layer, quick: bool) -> dict[str, Any]:
+    torch.manual_seed(0)
+    t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
+    print(f"{layer.label}: H {h} I {i} E {e} top-{k} T {t}", flush=True)
+    x = torch.randn(t, h, device="cuda").to(BF16)
+    logits = torch.randn(t, e, device="cuda")
+    _, top_e = route(logits, k)
+    counts_t = torch.bincount(top_e.flatten(), minlength=e)
+    counts = [int(c) for c in counts_t.tolist()]
+    offsets = counts_t.cumsum(0).to(torch.int32)
+    order = top_e.flatten().argsort(stable=True)
+    x_sorted = x[order // k]
+    h_sorted = (torch.randn(t * k, i, device="cuda")).to(BF16)
+    gemms: list[dict[str, Any]] = []
+    forward: list[dict[str, Any]] = []
+    for layout in ("row-major", "transposed"):
+        transposed = layout == "transposed"
+        w_gate_up = _weights(e, h, 2 * i, transposed)
+        w_down = _weights(e, i, h, transposed)
+        gemms += gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets, counts, layout, quick)
+        gemms += gemm_rows(moe, "down", h_sorted, w_down, offsets, counts, layout, quick)
+        forward += forward_rows(moe, layer, x, logits, w_gate_up, w_down, layout)
+        torch.cuda.empty_cache()
+    return {
+        "layer": layer.__dict__,
+        "label": layer.label,
+        "counts_min": min(counts),
+        "counts_max": max(counts),
+        "gemms": gemms,
+        "forward": forward,
+    }
+
+
+def summarise(layer: dict[str, Any]) -> dict[str, Any]:
+    """Both GEMMs together per implementation and layout; the speedups the targets name."""
+    out: dict[str, Any] = {}
+    by: dict[tuple[str, str], float] = {}
+    for row in layer["gemms"]:
+        key = (row["layout"], row["impl"])
+        by[key] = by.get(key, 0.0) + row["ms"]
+    flops = Layer(**layer["layer"]).gemm_flops
+    both = {
+        f"{lay}|{impl}": {"ms": ms, "tflops": flops / ms / 1e9} for (lay, impl), ms in by.items()
+    }
+    out["grouped_mm_both_gemms"] = both
+
+    def best(prefix: str, table: dict[str, dict[str, float]]) -> tuple[str, float]:
+        cands = {k: v["ms"] for k, v in table.items() if k.split("|")[1].startswith(prefix)}
+        name = min(cands, key=cands.__getitem__)
+        return name, cands[name]
+
+    ours_name, ours = best("moe_ops[auto]", both)
+    torch_name, theirs = best("torch._grouped_mm", both)
+    out["grouped_mm_speedup"] = {"ours": ours_name, "torch": torch_name, "x": theirs / ours}
+    fwd = {f"{r['layout']}|{r['impl']}": r for r in layer["forward"]}
+    ours_name, ours = best("moe_ops.moe_forward[auto]", fwd)
+    torch_name, theirs = best("torch ops", fwd)
+    out["forward_speedup"] = {"ours": ours_name, "torch": torch_name, "x": theirs / ours}
+    return out
+
+
+def environment() -> dict[str, Any]:
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        smi = ""
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+
+
+def chart(result: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("moe benchmark: no matplotlib, no chart", file=sys.stderr)
+        return False
+    layers = result["layers"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    labels = [lay["label"] for lay in layers]
+    series = {
+        "moe_ops grouped_mm": lambda s: s["grouped_mm_both_gemms"][s["grouped_mm_speedup"]["ours"]],
+        "torch._grouped_mm": lambda s: s["grouped_mm_both_gemms"][s["grouped_mm_speedup"]["torch"]],
+        "cublas loop": lambda s: s["grouped_mm_both_gemms"].get("row-major|cublas-loop"),
+    }
+    width = 0.8 / len(series)
+    for j, (name, pick) in enumerate(series.items()):
+        values = [(pick(lay["summary"]) or {"tflops": 0})["tflops"] for lay in layers]
+        axes[0].bar([p + j * width for p in range(len(layers))], values, width, label=name)
+    axes[0].set_title("Grouped GEMM (both layer GEMMs), TFLOP/s")
+    axes[0].set_xticks([p + width for p in range(len(layers))], labels, fontsize=8)
+    axes[0].legend(fontsize=8)
+    for j, name in enumerate(("moe_ops.moe_forward", "torch ops + torch._grouped_mm")):
+        values = []
+        for lay in layers:
+            key = lay["summary"]["forward_speedup"]["ours" if j == 0 else "torch"]
+            row = next(r for r in lay["forward"] if f"{r['layout']}|{r['impl']}" == key)
+            values.append(row["tflops"])
+        axes[1].bar([p + j * 0.4 for p in range(len(layers))], values, 0.4, label=name)
+    axes[1].set_title("MoE layer forward, GEMM TFLOP/s")
+    axes[1].set_xticks([p + 0.2 for p in range(len(layers))], labels, fontsize=8)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{result['environment']['gpu']}, torch {result['environment']['torch']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON results file")
+    parser.add_argument("--png", type=Path, help="bar chart (needs matplotlib)")
+    parser.add_argument("--quick", action="store_true", help="two small layers (a smoke run)")
+    args = parser.parse_args(argv)
+    import moe_ops
+
+    reason = moe_ops.unavailable_reason("moe")
+    if reason is not None:
+        print(f"moe benchmark: moe_ops.moe is unavailable: {reason}", file=sys.stderr)
+        return 1
+    moe = moe_ops.load("moe")
+    result: dict[str, Any] = {"environment": environment(), "layers": []}
+    for layer in QUICK_LAYERS if args.quick else LAYERS:
+        entry = run_layer(moe, layer, args.quick)
+        entry["summary"] = summarise(entry)
+        result["layers"].append(entry)
+        torch.cuda.empty_cache()
+    print(f"\n{result['environment']}")
+    print(f"{'layer':22s} {'grouped_mm x torch':>20s} {'forward x torch':>16s}")
+    for lay in result["layers"]:
+        gemm_x = lay["summary"]["grouped_mm_speedup"]["x"]
+        forward_x = lay["summary"]["forward_speedup"]["x"]
+        print(f"{lay['label']:22s} {gemm_x:20.2f} {forward_x:16.2f}")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    if args.png:
+        chart(result, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Grouped GEMM and a fused mixture-of-experts forward on CUTLASS 3.x sm90 kernels (Hopper).
+
+``grouped_mm(x, w, offsets)`` is ``torch._grouped_mm(x, w, offs=offsets)`` for a 2-D ``x``
+and a 3-D ``w``: rows ``offsets[g-1]:offsets[g]`` of ``x`` (``offsets[-1]`` = 0) times ``w[g]``,
+bf16 in, fp32 accumulation, bf16 out. ``w`` is ``[E, K, N]``, either contiguous per expert or
+the transposed view of a contiguous ``[E, N, K]`` (``w_t.transpose(-2, -1)``). Rows past
+``offsets[-1]`` are left unwritten, as in torch.
+
+``moe_forward(x, router_logits, w_gate_up, w_down, top_k)`` is the forward of a
+Mixtral/DeepSeek-style expert layer: softmax top-k routing renormalised over the k chosen,
+the permutation of tokens into expert order, the gate/up grouped GEMM with SiLU-and-multiply
+fused into its epilogue, the down grouped GEMM and the weighted combine. ``w_gate_up`` is
+``[E, H, 2I]`` with the gate in columns ``:I`` and up in ``I:``; the fused epilogue needs the
+two interleaved (column ``2j`` gate ``j``, ``2j+1`` up ``j``), which `interleave_gate_up` does
+once at load time (pass ``gate_up_interleaved=True`` then); otherwise every call interleaves a
+copy. ``w_down`` is ``[E, I, H]``. Both take either layout, as in ``grouped_mm``.
+
+Every op runs without a host synchronisation (per-group pointers and shapes are computed on
+the device), so it works under ``torch.compile(fullgraph=True)`` and CUDA-graph capture.
+
+Requirements, exported so callers never hard-code them: bfloat16 CUDA tensors, ``K`` and
+``N`` multiples of `ALIGNMENT`, at most `MAX_EXPERTS` experts and `MAX_TOP_K` chosen per
+token. `unsupported_shape_reason` and `moe_unsupported_shape_reason` say in words what is
+wrong with a shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernelpack.runtime import ops_namespace
+
+from . import _C  # noqa: F401  (loading the library registers the ops with torch)
+
+__all__ = [
+    "ALIGNMENT",
+    "CONFIGS",
+    "DTYPE",
+    "MAX_EXPERTS",
+    "MAX_TOP_K",
+    "NAMESPACE",
+    "ROUTER_DTYPES",
+    "grouped_mm",
+    "grouped_mm_silu_mul",
+    "interleave_gate_up",
+    "moe_forward",
+    "moe_unsupported_shape_reason",
+    "unsupported_shape_reason",
+]
+
+#: Elements: K, N (and the intermediate size I) must be multiples of this (16-byte TMA rows).
+ALIGNMENT = 8
+#: The one dtype of activations and weights.
+DTYPE = torch.bfloat16
+#: Dtypes the router logits may have.
+ROUTER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: Most experts `moe_forward` routes to (grouped_mm has no limit of its own).
+MAX_EXPERTS = 1024
+#: Largest top-k of `moe_forward`.
+MAX_TOP_K = 8
+#: Tile configurations: "auto" is the one measured fastest on every layer benchmarked
+#: (cooperative); the others force one (see docs/moe_ops.md).
+CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2}
+
+#: The torch.ops namespace of these ops, from the build record.
+NAMESPACE = ops_namespace(__name__)
+_ops: Any = getattr(torch.ops, NAMESPACE)
+_grouped_mm = _ops.grouped_mm.default
+_grouped_mm_silu_mul = _ops.grouped_mm_silu_mul.default
+_moe_forward = _ops.moe_forward.default
+
+
+def _dims_reason(name: str, value: int) -> str | None:
+    if value <= 0 or value % ALIGNMENT:
+        return f"{name} = {value} must be a positive multiple of {ALIGNMENT}"
+    return None
+
+
+def unsupported_shape_reason(
+    x_shape: Sequence[int], w_shape: Sequence[int], dtype: torch.dtype = DTYPE
+) -> str | None:
+    """None when `grouped_mm` supports x of `x_shape` and w of `w_shape`, else why not."""
+    if dtype != DTYPE:
+        return f"dtype {dtype} is not supported (only {DTYPE})"
+    if len(x_shape) != 2 or len(w_shape) != 3:
+        return "x must be 2-D [M, K] and w 3-D [E, K, N]"
+    if x_shape[1] != w_shape[1]:
+        return f"x's K ({x_shape[1]}) differs from w's K ({w_shape[1]})"
+    if w_shape[0] < 1:
+        return "w must hold at least one expert"
+    return _dims_reason("K", int(w_shape[1])) or _dims_reason("N", int(w_shape[2]))
+
+
+def moe_unsupported_shape_reason(
+    x_shape: Sequence[int],
+    w_gate_up_shape: Sequence[int],
+    w_down_shape: Sequence[int],
+    top_k: int,
+    dtype: torch.dtype = DTYPE,
+) -> str | None:
+    """None when `moe_forward` supports these shapes, else why not, in words."""
+    if dtype != DTYPE:
+        return f"dtype {dtype} is not supported (only {DTYPE})"
+    if len(x_shape) != 2 or len(w_gate_up_shape) != 3 or len(w_down_shape) != 3:
+        return "x must be [T, H], w_gate_up [E, H, 2I] and w_down [E, I, H]"
+    experts, hidden, two_i = (int(d) for d in w_gate_up_shape)
+    if not 1 <= experts <= MAX_EXPERTS:
+        return f"{experts} experts is outside [1, {MAX_EXPERTS}]"
+    if not 1 <= top_k <= min(MAX_TOP_K, experts):
+        return f"top_k = {top_k} is outside [1, {min(MAX_TOP_K, experts)}]"
+    if x_shape[1] != hidden:
+        return f"x's hidden size ({x_shape[1]}) differs from w_gate_up's ({hidden})"
+    if two_i % 2:
+        return f"w_gate_up's last dimension ({two_i}) must be even (gate and up)"
+    inter = two_i // 2
+    if tuple(int(d) for d in w_down_shape) != (experts, inter, hidden):
+        return f"w_down must be [{experts}, {inter}, {hidden}], got {tuple(w_down_shape)}"
+    return _dims_reason("H", hidden) or _dims_reason("I", inter)
+
+
+def _config(config: str) -> int:
+    try:
+        return CONFIGS[config]
+    except KeyError:
+        raise ValueError(f"config must be one of {', '.join(CONFIGS)}, got {config!r}") from None
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def grouped_mm(
+    x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, config: str = "auto"
+) -> torch.Tensor:
+    """``torch._grouped_mm(x, w, offs=offsets)`` for 2-D x [M, K] and 3-D w [E, K, N]."""
+    return _grouped_mm(_rows(x), w, offsets, _config(config))  # type: ignore[no-any-return]
+
+
+def grouped_mm_silu_mul(
+    x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, config: str = "auto"
+) -> torch.Tensor:
+    """``silu(g) * u`` of the grouped GEMM with interleaved columns (g = 2j, u = 2j + 1):
+    ``[M, N/2]``. `interleave_gate_up` makes such a w from gate | up halves."""
+    return _grouped_mm_silu_mul(_rows(x), w, offsets, _config(config))  # type: ignore[no-any-return]
+
+
+def interleave_gate_up(w_gate_up: torch.Tensor) -> torch.Tensor:
+    """[E, K, 2I] with gate | up halves -> the same shape with columns interleaved
+    (2j: gate j, 2j+1: up j), in the layout of the input (row-major or transposed view)."""
+    experts, k, two_i = w_gate_up.shape
+    gate, up = w_gate_up[..., : two_i // 2], w_gate_up[..., two_i // 2 :]
+    interleaved = torch.stack((gate, up), dim=-1).reshape(experts, k, two_i)
+    if w_gate_up.stride(-2) == 1 and w_gate_up.stride(-1) != 1:
+        # The transposed view of [E, 2I, K]: keep that storage.
+        return interleaved.transpose(-2, -1).contiguous().transpose(-2, -1)
+    return interleaved.contiguous()
+
+
+def moe_forward(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    *,
+    gate_up_interleaved: bool = False,
+    config: str = "auto",
+) -> torch.Tensor:
+    """The expert layer's forward: [T, H] -> [T, H] (see the module's docstring)."""
+    if not gate_up_interleaved:
+        w_gate_up = interleave_gate_up(w_gate_up)
+    return _moe_forward(  # type: ignore[no-any-return]
+        _rows(x), _rows(router_logits), w_gate_up, w_down, top_k, _config(config)
+    )
+
+
+@torch.library.register_fake(f"{NAMESPACE}::grouped_mm")
+def _grouped_mm_fake(
+    x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, config: int = 0
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], w.shape[2]))
+
+
+@torch.library.register_fake(f"{NAMESPACE}::grouped_mm_silu_mul")
+def _grouped_mm_silu_mul_fake(
+    x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, config: int = 0
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], w.shape[2] // 2))
+
+
+@torch.library.register_fake(f"{NAMESPACE}::moe_forward")
+def _moe_forward_fake(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    config: int = 0,
+) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)

@@ -1,0 +1,313 @@
+// torch ops of moe_ops, through the LibTorch stable ABI (no C++ torch symbol is linked).
+//
+//   grouped_mm(x, w, offsets, config)           torch._grouped_mm's 2-D x 3-D case
+//   grouped_mm_silu_mul(x, w, offsets, config)  the same with SiLU-and-mul on interleaved
+//                                               gate/up columns fused into the epilogue
+//   moe_forward(x, router_logits, w_gate_up, w_down, top_k, config)
+//
+// Outputs and workspaces come from torch's caching allocator (aoti_torch_empty_strided);
+// nothing synchronises with the host, so every op can be captured in a CUDA graph.
+#include <kernelpack/ops.h>
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+
+#include "moe.h"
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+cudaStream_t current_stream(int32_t device) {
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+int sm_count(int32_t device) {
+  static int cached[64] = {};
+  if (device >= 0 && device < 64 && cached[device] > 0) {
+    return cached[device];
+  }
+  int count = 0;
+  STD_TORCH_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) ==
+                      cudaSuccess,
+                  "moe_ops: cannot read the multiprocessor count");
+  if (device >= 0 && device < 64) {
+    cached[device] = count;
+  }
+  return count;
+}
+
+// A contiguous CUDA tensor straight from the allocator (no dispatcher lookup by name).
+template <size_t N>
+Tensor empty(const std::array<int64_t, N>& sizes, int32_t dtype, int32_t device) {
+  std::array<int64_t, N> strides{};
+  int64_t stride = 1;
+  for (size_t i = N; i-- > 0;) {
+    strides[i] = stride;
+    stride *= sizes[i] > 0 ? sizes[i] : 1;
+  }
+  AtenTensorHandle handle = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(N), sizes.data(),
+                                                  strides.data(), dtype,
+                                                  aoti_torch_device_type_cuda(), device,
+                                                  &handle));
+  return Tensor(handle);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_cuda_bf16(const Tensor& t, const char* op, const char* name, int64_t dim) {
+  STD_TORCH_CHECK(t.is_cuda(), op, ": ", name, " must be a CUDA tensor");
+  STD_TORCH_CHECK(t.scalar_type() == ScalarType::BFloat16, op, ": ", name, " must be bfloat16");
+  STD_TORCH_CHECK(t.dim() == dim, op, ": ", name, " must have ", dim, " dimensions, got ",
+                  t.dim());
+}
+
+// The activations operand: [M, K] row-major, 16-byte aligned rows.
+void check_rows(const Tensor& x, const char* op, const char* name) {
+  check_cuda_bf16(x, op, name, 2);
+  STD_TORCH_CHECK(x.size(0) == 0 || x.size(1) == 0 || (x.stride(1) == 1 && x.stride(0) == x.size(1)),
+                  op, ": ", name, " must be contiguous");
+  STD_TORCH_CHECK(x.size(1) % moe_ops::kAlignment == 0, op, ": ", name, "'s last dimension (",
+                  x.size(1), ") must be a multiple of ", moe_ops::kAlignment);
+  STD_TORCH_CHECK(x.size(0) < std::numeric_limits<int32_t>::max(), op, ": ", name,
+                  " has too many rows");
+  STD_TORCH_CHECK(aligned16(x.const_data_ptr()), op, ": ", name, " must be 16-byte aligned");
+}
+
+// The weights operand [E, K, N]: row-major per expert, or the transposed view of [E, N, K].
+void describe_weights(const Tensor& w, int64_t k, const char* op, const char* name,
+                      moe_ops::GroupedGemmArgs& args) {
+  check_cuda_bf16(w, op, name, 3);
+  STD_TORCH_CHECK(w.size(1) == k, op, ": ", name, " must have ", k, " rows (K) per expert, got ",
+                  w.size(1));
+  const int64_t n = w.size(2);
+  STD_TORCH_CHECK(n % moe_ops::kAlignment == 0 && n > 0, op, ": ", name, "'s N (", n,
+                  ") must be a positive multiple of ", moe_ops::kAlignment);
+  const bool row_major = w.stride(2) == 1 && w.stride(1) == n;
+  const bool k_major = w.stride(1) == 1 && w.stride(2) == k;
+  STD_TORCH_CHECK(row_major || k_major, op, ": ", name,
+                  " must be [E, K, N] with each expert contiguous, or the transposed view of a"
+                  " contiguous [E, N, K]");
+  STD_TORCH_CHECK(w.stride(0) % moe_ops::kAlignment == 0 && aligned16(w.const_data_ptr()), op,
+                  ": ", name, " must be 16-byte aligned per expert");
+  args.b = w.const_data_ptr();
+  args.n = n;
+  args.b_group_stride = w.stride(0);
+  args.b_k_major = !row_major;
+  args.groups = w.size(0);
+}
+
+void check_offsets(const Tensor& offsets, const Tensor& x, int64_t groups, const char* op) {
+  STD_TORCH_CHECK(offsets.is_cuda() && offsets.get_device_index() == x.get_device_index(), op,
+                  ": offsets must be on the device of x");
+  STD_TORCH_CHECK(offsets.scalar_type() == ScalarType::Int, op, ": offsets must be int32");
+  STD_TORCH_CHECK(offsets.dim() == 1 && offsets.size(0) == groups && offsets.is_contiguous(), op,
+                  ": offsets must be a contiguous [", groups, "] tensor (one end per expert)");
+}
+
+void run_gemm(const moe_ops::GroupedGemmArgs& args, int32_t device, cudaStream_t stream,
+              const char* op) {
+  const int sms = sm_count(device);
+  const size_t bytes = moe_ops::grouped_gemm_workspace_size(args, sms);
+  Tensor workspace = empty<1>({static_cast<int64_t>(bytes)}, aoti_torch_dtype_uint8(), device);
+  const char* err = moe_ops::grouped_gemm(args, workspace.mutable_data_ptr(), bytes, sms, stream);
+  STD_TORCH_CHECK(err == nullptr, op, ": ", err);
+}
+
+Tensor grouped_impl(const Tensor& x, const Tensor& w, const Tensor& offsets, int64_t config,
+                    bool silu_mul, const char* op) {
+  check_rows(x, op, "x");
+  moe_ops::GroupedGemmArgs args{};
+  describe_weights(w, x.size(1), op, "w", args);
+  check_offsets(offsets, x, args.groups, op);
+  STD_TORCH_CHECK(w.get_device_index() == x.get_device_index(), op,
+                  ": w must be on the device of x");
+  STD_TORCH_CHECK(!silu_mul || args.n % (2 * moe_ops::kAlignment) == 0, op,
+                  ": with SiLU-and-mul, N must be a multiple of ", 2 * moe_ops::kAlignment);
+  const int32_t device = x.get_device_index();
+  const torch::stable::accelerator::DeviceGuard guard(device);
+  const int64_t m = x.size(0);
+  const int64_t n_out = silu_mul ? args.n / 2 : args.n;
+  Tensor out = empty<2>({m, n_out}, aoti_torch_dtype_bfloat16(), device);
+  if (m == 0 || x.size(1) == 0) {
+    // K == 0 is an empty sum; torch gives zeros there too.
+    if (m > 0) {
+      torch::stable::zero_(out);
+    }
+    return out;
+  }
+  args.a = x.const_data_ptr();
+  args.d = out.mutable_data_ptr();
+  args.offsets = static_cast<const int32_t*>(offsets.const_data_ptr());
+  args.m_total = m;
+  args.k = x.size(1);
+  args.silu_mul = silu_mul;
+  args.config = static_cast<int>(config);
+  run_gemm(args, device, current_stream(device), op);
+  return out;
+}
+
+Tensor grouped_mm(Tensor x, Tensor w, Tensor offsets, int64_t config) {
+  return grouped_impl(x, w, offsets, config, false, "grouped_mm");
+}
+
+Tensor grouped_mm_silu_mul(Tensor x, Tensor w, Tensor offsets, int64_t config) {
+  return grouped_impl(x, w, offsets, config, true, "grouped_mm_silu_mul");
+}
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+Tensor moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_down,
+                   int64_t top_k, int64_t config) {
+  const char* op = "moe_forward";
+  check_rows(x, op, "x");
+  const int64_t tokens = x.size(0);
+  const int64_t hidden = x.size(1);
+  STD_TORCH_CHECK(router_logits.is_cuda() && router_logits.dim() == 2 &&
+                      router_logits.size(0) == tokens && router_logits.is_contiguous(),
+                  op, ": router_logits must be a contiguous CUDA [tokens, experts] tensor");
+  moe_ops::LogitType logit_type;
+  switch (router_logits.scalar_type()) {
+    case ScalarType::Float:
+      logit_type = moe_ops::LogitType::kFloat32;
+      break;
+    case ScalarType::BFloat16:
+      logit_type = moe_ops::LogitType::kBFloat16;
+      break;
+    case ScalarType::Half:
+      logit_type = moe_ops::LogitType::kFloat16;
+      break;
+    default:
+      STD_TORCH_CHECK(false, op, ": router_logits must be float32, bfloat16 or float16");
+  }
+  const int64_t experts = router_logits.size(1);
+  STD_TORCH_CHECK(experts >= 1 && experts <= moe_ops::kMaxExperts, op,
+                  ": the number of experts must be in [1, ", moe_ops::kMaxExperts, "], got ",
+                  experts);
+  STD_TORCH_CHECK(top_k >= 1 && top_k <= moe_ops::kMaxTopK && top_k <= experts, op,
+                  ": top_k must be in [1, min(", moe_ops::kMaxTopK, ", experts)], got ", top_k);
+  moe_ops::GroupedGemmArgs up{};
+  describe_weights(w_gate_up, hidden, op, "w_gate_up", up);
+  STD_TORCH_CHECK(up.groups == experts, op, ": w_gate_up must have one matrix per expert (",
+                  experts, "), got ", up.groups);
+  STD_TORCH_CHECK(up.n % (2 * moe_ops::kAlignment) == 0, op,
+                  ": w_gate_up's 2*I must be a multiple of ", 2 * moe_ops::kAlignment);
+  const int64_t inter = up.n / 2;
+  moe_ops::GroupedGemmArgs down{};
+  describe_weights(w_down, inter, op, "w_down", down);
+  STD_TORCH_CHECK(down.groups == experts && down.n == hidden, op, ": w_down must be [", experts,
+                  ", ", inter, ", ", hidden, "]");
+  const int32_t device = x.get_device_index();
+  STD_TORCH_CHECK(router_logits.get_device_index() == device &&
+                      w_gate_up.get_device_index() == device &&
+                      w_down.get_device_index() == device,
+                  op, ": all inputs must be on one device");
+  const int64_t rows = tokens * top_k;
+  STD_TORCH_CHECK(rows < std::numeric_limits<int32_t>::max(), op, ": too many tokens");
+
+  const torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  Tensor out = empty<2>({tokens, hidden}, aoti_torch_dtype_bfloat16(), device);
+  if (tokens == 0) {
+    return out;
+  }
+  const int sms = sm_count(device);
+  up.config = down.config = static_cast<int>(config);
+  up.silu_mul = true;
+  up.m_total = down.m_total = rows;
+  up.k = hidden;
+  down.k = inter;
+
+  // One allocation for everything: routing scratch, the two GEMMs' arrays, the activations.
+  const size_t e = static_cast<size_t>(experts);
+  const size_t r = static_cast<size_t>(rows);
+  const size_t counts_b = round_up(2 * e * sizeof(int32_t));
+  const size_t offsets_b = round_up(e * sizeof(int32_t));
+  const size_t weights_b = round_up(r * sizeof(float));
+  const size_t rows_b = round_up(r * sizeof(int32_t));
+  const size_t ws_up_b = round_up(moe_ops::grouped_gemm_workspace_size(up, sms));
+  const size_t ws_down_b = round_up(moe_ops::grouped_gemm_workspace_size(down, sms));
+  const size_t sorted_b = round_up(r * static_cast<size_t>(hidden) * 2);  // x, then y
+  const size_t h_b = round_up(r * static_cast<size_t>(inter) * 2);
+  const size_t total =
+      counts_b + offsets_b + weights_b + rows_b + ws_up_b + ws_down_b + sorted_b + h_b;
+  Tensor workspace = empty<1>({static_cast<int64_t>(total)}, aoti_torch_dtype_uint8(), device);
+  char* p = static_cast<char*>(workspace.mutable_data_ptr());
+  auto carve = [&p](size_t bytes) {
+    char* q = p;
+    p += bytes;
+    return q;
+  };
+  auto* counts = reinterpret_cast<int32_t*>(carve(counts_b));
+  auto* offsets = reinterpret_cast<int32_t*>(carve(offsets_b));
+  auto* weights = reinterpret_cast<float*>(carve(weights_b));
+  auto* slot_rows = reinterpret_cast<int32_t*>(carve(rows_b));
+  void* ws_up = carve(ws_up_b);
+  void* ws_down = carve(ws_down_b);
+  void* sorted = carve(sorted_b);
+  void* h = carve(h_b);
+
+  moe_ops::RouteArgs route{};
+  route.logits = router_logits.const_data_ptr();
+  route.logit_type = logit_type;
+  route.x = x.const_data_ptr();
+  route.tokens = tokens;
+  route.experts = experts;
+  route.hidden = hidden;
+  route.top_k = static_cast<int>(top_k);
+  route.counts = counts;
+  route.offsets = offsets;
+  route.weights = weights;
+  route.rows = slot_rows;
+  route.x_sorted = sorted;
+  const char* err = moe_ops::route_and_permute(route, stream);
+  STD_TORCH_CHECK(err == nullptr, op, " (routing): ", err);
+
+  up.a = sorted;
+  up.d = h;
+  up.offsets = offsets;
+  err = moe_ops::grouped_gemm(up, ws_up, ws_up_b, sms, stream);
+  STD_TORCH_CHECK(err == nullptr, op, " (gate/up GEMM): ", err);
+
+  down.a = h;
+  down.d = sorted;  // x_sorted is dead after the first GEMM: y_sorted reuses it
+  down.offsets = offsets;
+  err = moe_ops::grouped_gemm(down, ws_down, ws_down_b, sms, stream);
+  STD_TORCH_CHECK(err == nullptr, op, " (down GEMM): ", err);
+
+  err = moe_ops::combine(sorted, weights, slot_rows, out.mutable_data_ptr(), tokens, hidden,
+                         static_cast<int>(top_k), stream);
+  STD_TORCH_CHECK(err == nullptr, op, " (combine): ", err);
+  return out;
+}
+
+}  // namespace
+
+KP_STABLE_LIBRARY(m) {
+  m.def("grouped_mm(Tensor x, Tensor w, Tensor offsets, int config=0) -> Tensor");
+  m.def("grouped_mm_silu_mul(Tensor x, Tensor w, Tensor offsets, int config=0) -> Tensor");
+  m.def(
+      "moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_down, int top_k,"
+      " int config=0) -> Tensor");
+}
+
+KP_STABLE_LIBRARY_IMPL(CUDA, m) {
+  m.impl("grouped_mm", TORCH_BOX(&grouped_mm));
+  m.impl("grouped_mm_silu_mul", TORCH_BOX(&grouped_mm_silu_mul));
+  m.impl("moe_forward", TORCH_BOX(&moe_forward));
+}

@@ -1,0 +1,252 @@
+// The CUTLASS 3.x sm90 pointer-array grouped GEMM behind moe_ops (after CUTLASS's example
+// 57_hopper_grouped_gemm): TMA loads, wgmma, warp-specialised persistent kernels.
+//
+// Everything a launch needs per group (A/B/D pointers, strides, problem shape) is computed on
+// the device by `setup_groups` from the int32 offsets, and CUTLASS gets the device problem
+// shapes with host problem shapes = nullptr: the host knows only the group count, so a call
+// never synchronises and can be captured in a CUDA graph.
+//
+// Include this from exactly one translation unit per instantiation (gemm_*.cu), which then
+// uses MOE_OPS_DEFINE_GEMM.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/detail.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+#include "moe.h"
+#include "silu_mul_epilogue.hpp"
+
+namespace moe_ops::gemm {
+
+using namespace cute;
+
+using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // <M,N,K>
+using Element = cutlass::bfloat16_t;
+using Accumulator = float;
+constexpr int kAlign = 16 / sizeof(Element);
+static_assert(kAlign == moe_ops::kAlignment, "moe.h's alignment must match the TMA's");
+
+struct CooperativeConfig {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_1, _2, _1>;
+};
+
+struct PingpongConfig {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  using TileShape = Shape<_128, _128, _64>;
+  using ClusterShape = Shape<_1, _2, _1>;
+};
+
+using LayoutA = cutlass::layout::RowMajor;
+using LayoutD = cutlass::layout::RowMajor;
+
+// The epilogue: bf16 D through TMA stores (plain), or SiLU-and-mul from registers.
+template <class Config, bool SiluMul>
+struct EpilogueFor;
+
+template <class Config>
+struct EpilogueFor<Config, false> {
+  using Op = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
+      typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto,
+      Accumulator, Accumulator, void, LayoutD*, kAlign, Element, LayoutD*, kAlign,
+      typename Config::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<Element, Accumulator, void>>::CollectiveOp;
+};
+
+template <class Config>
+struct EpilogueFor<Config, true> {
+  using Op = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+      SiluMulEpilogueArray<Element, cutlass::detail::TagToStrideC_t<LayoutD*>>>;
+};
+
+template <class Config, class LayoutB, bool SiluMul>
+struct Gemm {
+  using CollectiveEpilogue = typename EpilogueFor<Config, SiluMul>::Op;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
+      LayoutB*, kAlign, Accumulator, typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape = ProblemShape::UnderlyingProblemShape;
+};
+
+// The device arrays of one launch, carved out of the workspace's front.
+template <class G>
+struct Arrays {
+  const Element** a;
+  const Element** b;
+  Element** d;
+  typename G::StrideA* stride_a;
+  typename G::StrideB* stride_b;
+  typename G::StrideD* stride_d;
+  typename G::Shape* shapes;
+
+  static size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+  static size_t bytes(int64_t groups) {
+    const size_t g = static_cast<size_t>(groups);
+    return 3 * round16(g * sizeof(void*)) + round16(g * sizeof(typename G::StrideA)) +
+           round16(g * sizeof(typename G::StrideB)) + round16(g * sizeof(typename G::StrideD)) +
+           round16(g * sizeof(typename G::Shape));
+  }
+
+  static Arrays carve(void* workspace, int64_t groups) {
+    const size_t g = static_cast<size_t>(groups);
+    char* p = static_cast<char*>(workspace);
+    Arrays r;
+    r.a = reinterpret_cast<const Element**>(p);
+    p += round16(g * sizeof(void*));
+    r.b = reinterpret_cast<const Element**>(p);
+    p += round16(g * sizeof(void*));
+    r.d = reinterpret_cast<Element**>(p);
+    p += round16(g * sizeof(void*));
+    r.stride_a = reinterpret_cast<typename G::StrideA*>(p);
+    p += round16(g * sizeof(typename G::StrideA));
+    r.stride_b = reinterpret_cast<typename G::StrideB*>(p);
+    p += round16(g * sizeof(typename G::StrideB));
+    r.stride_d = reinterpret_cast<typename G::StrideD*>(p);
+    p += round16(g * sizeof(typename G::StrideD));
+    r.shapes = reinterpret_cast<typename G::Shape*>(p);
+    return r;
+  }
+};
+
+// One thread per group: its rows from the offsets (clamped into [0, m_total], so bad offsets
+// give empty or short groups, never out-of-bounds accesses), pointers, strides and shape.
+template <class G>
+__global__ void setup_groups(GroupedGemmArgs args, Arrays<G> arrays) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= args.groups) {
+    return;
+  }
+  const int64_t prev = g == 0 ? 0 : static_cast<int64_t>(args.offsets[g - 1]);
+  const int64_t start = prev < 0 ? 0 : (prev > args.m_total ? args.m_total : prev);
+  int64_t end = static_cast<int64_t>(args.offsets[g]);
+  end = end < start ? start : (end > args.m_total ? args.m_total : end);
+  const int m = static_cast<int>(end - start);
+  const int n = static_cast<int>(args.n);
+  const int k = static_cast<int>(args.k);
+  const int64_t n_out = args.silu_mul ? args.n / 2 : args.n;
+  arrays.a[g] = static_cast<const Element*>(args.a) + start * args.k;
+  arrays.b[g] = static_cast<const Element*>(args.b) + g * args.b_group_stride;
+  arrays.d[g] = static_cast<Element*>(args.d) + start * n_out;
+  arrays.stride_a[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {m, k, 1});
+  arrays.stride_b[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {n, k, 1});
+  arrays.stride_d[g] =
+      cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, static_cast<int>(n_out), 1});
+  arrays.shapes[g] = typename G::Shape{m, n, k};
+}
+
+template <class G>
+size_t workspace_size(int64_t groups, int sm_count) {
+  typename G::Adapter::Arguments arguments{};
+  arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  arguments.problem_shape = {static_cast<int>(groups), nullptr, nullptr};
+  arguments.hw_info.sm_count = sm_count;
+  return Arrays<G>::bytes(groups) + 128 + G::Adapter::get_workspace_size(arguments);
+}
+
+inline const char* status_message(cutlass::Status status) {
+  return cutlassGetStatusString(status);
+}
+
+template <class G>
+const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int sm_count,
+                cudaStream_t stream) {
+  if (args.groups <= 0) {
+    return nullptr;
+  }
+  if (bytes < workspace_size<G>(args.groups, sm_count)) {
+    return "grouped GEMM workspace too small";
+  }
+  Arrays<G> arrays = Arrays<G>::carve(workspace, args.groups);
+  // CUTLASS's own workspace after the arrays, 128-byte aligned.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace) + Arrays<G>::bytes(args.groups);
+  void* cutlass_workspace = reinterpret_cast<void*>((base + 127) / 128 * 128);
+
+  constexpr int kThreads = 128;
+  const int blocks = static_cast<int>((args.groups + kThreads - 1) / kThreads);
+  setup_groups<G><<<blocks, kThreads, 0, stream>>>(args, arrays);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return cudaGetErrorString(err);
+  }
+
+  typename G::Adapter::Arguments arguments{};
+  arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  arguments.problem_shape = {static_cast<int>(args.groups), arrays.shapes, nullptr};
+  arguments.mainloop.ptr_A = arrays.a;
+  arguments.mainloop.dA = arrays.stride_a;
+  arguments.mainloop.ptr_B = arrays.b;
+  arguments.mainloop.dB = arrays.stride_b;
+  arguments.epilogue.ptr_C = nullptr;
+  arguments.epilogue.dC = arrays.stride_d;
+  arguments.epilogue.ptr_D = arrays.d;
+  arguments.epilogue.dD = arrays.stride_d;
+  if constexpr (!std::is_same_v<typename G::CollectiveEpilogue,
+                                typename EpilogueFor<CooperativeConfig, true>::Op> &&
+                !std::is_same_v<typename G::CollectiveEpilogue,
+                                typename EpilogueFor<PingpongConfig, true>::Op>) {
+    arguments.epilogue.thread.alpha = 1.0f;
+    arguments.epilogue.thread.beta = 0.0f;
+  }
+  int device = 0;
+  cudaGetDevice(&device);
+  arguments.hw_info.device_id = device;
+  arguments.hw_info.sm_count = sm_count;
+
+  typename G::Adapter gemm;
+  cutlass::Status status = gemm.can_implement(arguments);
+  if (status != cutlass::Status::kSuccess) {
+    return status_message(status);
+  }
+  status = gemm.initialize(arguments, cutlass_workspace, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return status_message(status);
+  }
+  status = gemm.run(stream);
+  if (status != cutlass::Status::kSuccess) {
+    return status_message(status);
+  }
+  err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace moe_ops::gemm
+
+// Defines NAME_workspace_size and NAME_run (declared in moe.h) for one instantiation.
+#define MOE_OPS_DEFINE_GEMM(NAME, CONFIG, LAYOUT_B, SILU)                                 \
+  namespace moe_ops {                                                                      \
+  using NAME##_type = gemm::Gemm<gemm::CONFIG, cutlass::layout::LAYOUT_B, SILU>;            \
+  size_t NAME##_workspace_size(int64_t groups, int sm_count) {                             \
+    return gemm::workspace_size<NAME##_type>(groups, sm_count);                            \
+  }                                                                                        \
+  const char* NAME##_run(const GroupedGemmArgs& args, void* workspace, size_t bytes,       \
+                         int sm_count, cudaStream_t stream) {                              \
+    return gemm::run<NAME##_type>(args, workspace, bytes, sm_count, stream);               \
+  }                                                                                        \
+  }

@@ -1,0 +1,95 @@
+// The launchers of moe_ops' kernels, as the torch binding sees them (no torch or CUTLASS types).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moe_ops {
+
+// Tile configurations of the grouped GEMM (the `config` argument of the ops).
+enum class GemmConfig : int {
+  kAuto = 0,         // chosen from the shape (gemm_config_for)
+  kCooperative = 1,  // 128x256x64 tile, two consumer warpgroups on one tile, cluster 1x2
+  kPingpong = 2,     // 128x128x64 tile, two consumer warpgroups on alternate tiles (one's
+                     // epilogue overlaps the other's main loop), cluster 1x2
+};
+
+// Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
+constexpr int64_t kAlignment = 8;
+
+// One grouped GEMM, torch._grouped_mm's 2-D x 3-D case: for each group g, rows
+// [offsets[g-1], offsets[g]) of A (offsets[-1] = 0) times B[g] into the same rows of D.
+struct GroupedGemmArgs {
+  const void* a;            // [m_total, k] bf16, row-major (row stride k)
+  const void* b;            // [groups, k, n] bf16: element (g, k, n) at b[g*b_group_stride + ...]
+  void* d;                  // [m_total, n] bf16 row-major; [m_total, n/2] with silu_mul
+  const int32_t* offsets;   // [groups] int32, cumulative row ends
+  int64_t groups;
+  int64_t m_total;
+  int64_t n;                // columns of B (2I for the gate/up GEMM)
+  int64_t k;
+  int64_t b_group_stride;   // elements between B[g] and B[g+1]
+  bool b_k_major;           // false: B[g] is k x n row-major (stride n, 1); true: the
+                            // transposed view (stride 1, k), i.e. stored n x k
+  bool silu_mul;            // D = silu(B cols 2j) * (B cols 2j+1): interleaved gate/up
+  int config;               // GemmConfig
+};
+
+// The configuration `kAuto` resolves to for these arguments.
+GemmConfig gemm_config_for(const GroupedGemmArgs& args);
+
+// Bytes of device workspace the grouped GEMM needs (pointer/stride/shape arrays + CUTLASS's).
+size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args, int sm_count);
+
+// Launches the grouped GEMM on `stream`; nullptr on success, else a message. No host sync.
+const char* grouped_gemm(const GroupedGemmArgs& args, void* workspace, size_t workspace_bytes,
+                         int sm_count, cudaStream_t stream);
+
+// One CUTLASS instantiation: each lives in its own translation unit (gemm_*.cu).
+#define MOE_OPS_DECLARE_GEMM(NAME)                                                   \
+  size_t NAME##_workspace_size(int64_t groups, int sm_count);                       \
+  const char* NAME##_run(const GroupedGemmArgs& args, void* workspace, size_t bytes, \
+                         int sm_count, cudaStream_t stream);
+MOE_OPS_DECLARE_GEMM(gemm_coop_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_coop_colb)
+MOE_OPS_DECLARE_GEMM(gemm_pong_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_pong_colb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_coop_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_coop_colb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_pong_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_pong_colb)
+#undef MOE_OPS_DECLARE_GEMM
+
+// Router logits' element type.
+enum class LogitType { kFloat32, kBFloat16, kFloat16 };
+
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopK = 8;
+
+// Top-k routing and the permutation into expert order.
+struct RouteArgs {
+  const void* logits;    // [tokens, experts]
+  LogitType logit_type;
+  const void* x;         // [tokens, hidden] bf16
+  int64_t tokens;
+  int64_t experts;
+  int64_t hidden;
+  int top_k;
+  // outputs (device buffers the caller allocates)
+  int32_t* counts;       // [2 * experts] scratch: per-expert counts, then fill cursors
+  int32_t* offsets;      // [experts] cumulative row ends of each expert's block (int32)
+  float* weights;        // [tokens, top_k] renormalised routing weights
+  int32_t* rows;         // [tokens, top_k] the permuted row of each (token, slot)
+  void* x_sorted;        // [tokens * top_k, hidden] bf16: x's rows in expert order
+};
+
+// Softmax top-k (renormalised over the k chosen), counting sort by expert, gather of x.
+const char* route_and_permute(const RouteArgs& args, cudaStream_t stream);
+
+// out[t] = sum_j weights[t, j] * y_sorted[rows[t, j]] (fp32 sum, bf16 out).
+const char* combine(const void* y_sorted, const float* weights, const int32_t* rows, void* out,
+                    int64_t tokens, int64_t hidden, int top_k, cudaStream_t stream);
+
+}  // namespace moe_ops

@@ -20,6 +20,7 @@ import torch
 
 from kernelpack_runtime import ops_namespace
 
+from .._dispatch import below_autograd, no_autograd
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 
 __all__ = [
@@ -42,6 +43,11 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The torch.ops namespace of these ops, from the build record.
 NAMESPACE = ops_namespace(__name__)
 _ops: Any = getattr(torch.ops, NAMESPACE)
+# The overloads, resolved once: calling the packet (`_ops.forward(...)`) matches the
+# arguments against the schemas on every call (about 10 us of host time per call).
+_forward = _ops.forward.default
+_forward_residual = _ops.forward_residual.default
+_backward_op = _ops.backward.default
 
 
 def unsupported_shape_reason(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> str | None:
@@ -80,12 +86,20 @@ def rms_norm(
 
     With `residual`: ``(rms_norm(x + residual), x + residual)``, in one pass.
     """
+    x, weight = x.contiguous(), weight.contiguous()
     if residual is None:
-        y, _ = _ops.forward(x.contiguous(), weight.contiguous(), eps)
+        if no_autograd(x, weight):
+            with below_autograd():
+                y, _ = _forward(x, weight, eps)
+        else:
+            y, _ = _forward(x, weight, eps)
         return y
-    y, new_residual, _ = _ops.forward_residual(
-        x.contiguous(), residual.contiguous(), weight.contiguous(), eps
-    )
+    residual = residual.contiguous()
+    if no_autograd(x, residual, weight):
+        with below_autograd():
+            y, new_residual, _ = _forward_residual(x, residual, weight, eps)
+    else:
+        y, new_residual, _ = _forward_residual(x, residual, weight, eps)
     return y, new_residual
 
 
@@ -128,7 +142,7 @@ def _backward_forward(
     ctx: Any, grad_y: torch.Tensor, grad_rstd: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, None]:
     x, weight, rstd = ctx.saved_tensors
-    grad_x, grad_weight = _ops.backward(grad_y.contiguous(), x, weight, rstd, None)
+    grad_x, grad_weight = _backward_op(grad_y.contiguous(), x, weight, rstd, None)
     return grad_x, grad_weight, None
 
 
@@ -146,7 +160,7 @@ def _backward_forward_residual(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
     h, weight, rstd = ctx.saved_tensors
     residual_grad = None if grad_new_residual is None else grad_new_residual.contiguous()
-    grad_h, grad_weight = _ops.backward(grad_y.contiguous(), h, weight, rstd, residual_grad)
+    grad_h, grad_weight = _backward_op(grad_y.contiguous(), h, weight, rstd, residual_grad)
     # h = x + residual: both receive the gradient of h.
     return grad_h, grad_h, grad_weight, None
 

@@ -17,6 +17,7 @@ import torch
 
 from kernelpack_runtime import ops_namespace
 
+from .._dispatch import below_autograd, no_autograd
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 
 __all__ = [
@@ -36,6 +37,9 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The torch.ops namespace of these ops, from the build record.
 NAMESPACE = ops_namespace(__name__)
 _ops: Any = getattr(torch.ops, NAMESPACE)
+# The overloads, resolved once (calling the packet re-matches the schemas on every call).
+_forward = _ops.forward.default
+_backward_op = _ops.backward.default
 
 
 def unsupported_shape_reason(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> str | None:
@@ -57,7 +61,12 @@ def vectorised(d: int, dtype: torch.dtype) -> bool:
 
 def silu_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` for `x` of shape ``[..., 2d]``."""
-    out: torch.Tensor = _ops.forward(x.contiguous())
+    x = x.contiguous()
+    if no_autograd(x):
+        with below_autograd():
+            out: torch.Tensor = _forward(x)
+    else:
+        out = _forward(x)
     return out
 
 
@@ -78,7 +87,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     (x,) = ctx.saved_tensors
-    grad_x: torch.Tensor = _ops.backward(grad.contiguous(), x)
+    grad_x: torch.Tensor = _backward_op(grad.contiguous(), x)
     return grad_x
 
 

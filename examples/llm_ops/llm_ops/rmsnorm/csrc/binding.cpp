@@ -74,9 +74,9 @@ std::tuple<Tensor, Tensor, Tensor> forward_impl(const Tensor& x,
     check_same_shape(*residual, x, "residual");
   }
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  Tensor y = torch::stable::empty_like(x);
-  Tensor h = residual.has_value() ? torch::stable::empty_like(x) : Tensor();
-  Tensor rstd = torch::stable::new_empty(x, row_shape(x), ScalarType::Float);
+  Tensor y = llm_ops::empty_like(x);
+  Tensor h = residual.has_value() ? llm_ops::empty_like(x) : Tensor();
+  Tensor rstd = llm_ops::empty(x, row_shape(x), aoti_torch_dtype_float32());
   llm_ops::rmsnorm::ForwardArgs args{
       dtype_of(x),
       y.mutable_data_ptr(),
@@ -118,8 +118,8 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
                   "rmsnorm backward: rstd must be a contiguous float32 tensor of ", rows,
                   " elements");
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  Tensor dx = torch::stable::empty_like(x);
-  Tensor dw = torch::stable::empty_like(weight);
+  Tensor dx = llm_ops::empty_like(x);
+  Tensor dw = llm_ops::empty_like(weight);
   llm_ops::rmsnorm::BackwardArgs args{
       dtype_of(x),
       dx.mutable_data_ptr(),
@@ -132,7 +132,7 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
       rows,
       hidden};
   const int partials = llm_ops::rmsnorm::backward_partials(args);
-  Tensor workspace = torch::stable::new_empty(x, {partials, hidden}, ScalarType::Float);
+  Tensor workspace = llm_ops::empty(x, {partials, hidden}, aoti_torch_dtype_float32());
   const char* err = llm_ops::rmsnorm::launch_backward(
       args, static_cast<float*>(workspace.mutable_data_ptr()), partials, current_stream(x));
   STD_TORCH_CHECK(err == nullptr, "rmsnorm backward: CUDA error: ", err);

@@ -45,7 +45,7 @@ std::vector<int64_t> half_shape(const Tensor& x) {
 Tensor forward(Tensor x) {
   const int64_t d = check_input(x);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  Tensor out = torch::stable::new_empty(x, half_shape(x));
+  Tensor out = llm_ops::empty(x, half_shape(x));
   const int64_t rows = d == 0 ? 0 : x.numel() / (2 * d);
   const char* err = llm_ops::silu_mul::launch_forward(dtype_of(x), out.mutable_data_ptr(),
                                                       x.const_data_ptr(), rows, d,
@@ -69,7 +69,7 @@ Tensor backward(Tensor grad, Tensor x) {
                     "silu_mul backward: grad must have shape [..., d]");
   }
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  Tensor dx = torch::stable::empty_like(x);
+  Tensor dx = llm_ops::empty_like(x);
   const int64_t rows = d == 0 ? 0 : x.numel() / (2 * d);
   const char* err = llm_ops::silu_mul::launch_backward(
       dtype_of(x), dx.mutable_data_ptr(), grad.const_data_ptr(), x.const_data_ptr(), rows, d,

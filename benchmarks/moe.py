@@ -258,6 +258,33 @@ def run_layer(moe: Any, layer: Layer, quick: bool) -> dict[str, Any]:
     }
 
 
+def breakdown(moe: Any, layer: Layer) -> dict[str, float]:
+    """Where moe_forward's time goes (row-major weights, auto config): the whole layer, the
+    fused gate/up GEMM, the same GEMM with a plain bf16 epilogue, the down GEMM; the rest
+    (routing, permutation, combine) is the difference."""
+    torch.manual_seed(0)
+    t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
+    x = torch.randn(t, h, device="cuda").to(BF16)
+    logits = torch.randn(t, e, device="cuda")
+    _, top_e = route(logits, k)
+    offsets = torch.bincount(top_e.flatten(), minlength=e).cumsum(0).to(torch.int32)
+    x_sorted = x[top_e.flatten().argsort(stable=True) // k]
+    w_gate_up = moe.interleave_gate_up(_weights(e, h, 2 * i, False))
+    w_down = _weights(e, i, h, False)
+    h_sorted = moe.grouped_mm_silu_mul(x_sorted, w_gate_up, offsets)
+    ms = {
+        "moe_forward": bench(
+            lambda: moe.moe_forward(x, logits, w_gate_up, w_down, k, gate_up_interleaved=True)
+        ),
+        "gate_up_silu_mul": bench(lambda: moe.grouped_mm_silu_mul(x_sorted, w_gate_up, offsets)),
+        "gate_up_plain": bench(lambda: moe.grouped_mm(x_sorted, w_gate_up, offsets)),
+        "down": bench(lambda: moe.grouped_mm(h_sorted, w_down, offsets)),
+    }
+    ms["rest"] = ms["moe_forward"] - ms["gate_up_silu_mul"] - ms["down"]
+    print(f"{layer.label}: " + ", ".join(f"{name} {v:.3f} ms" for name, v in ms.items()))
+    return ms
+
+
 def summarise(layer: dict[str, Any]) -> dict[str, Any]:
     """Both GEMMs together per implementation and layout; the speedups the targets name."""
     out: dict[str, Any] = {}
@@ -350,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="JSON results file")
     parser.add_argument("--png", type=Path, help="bar chart (needs matplotlib)")
     parser.add_argument("--quick", action="store_true", help="two small layers (a smoke run)")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="only where moe_forward's time goes, per layer"
+    )
     args = parser.parse_args(argv)
     import moe_ops
 
@@ -358,6 +388,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"moe benchmark: moe_ops.moe is unavailable: {reason}", file=sys.stderr)
         return 1
     moe = moe_ops.load("moe")
+    if args.breakdown:
+        parts = {layer.label: breakdown(moe, layer) for layer in LAYERS}
+        if args.out:
+            args.out.write_text(json.dumps({"environment": environment(), "breakdown": parts}))
+        return 0
     result: dict[str, Any] = {"environment": environment(), "layers": []}
     for layer in QUICK_LAYERS if args.quick else LAYERS:
         entry = run_layer(moe, layer, args.quick)

@@ -2,7 +2,8 @@
 
 `torch.library.register_autograd` puts a Python function at the op's Autograd dispatch key;
 every call goes from the dispatcher into Python and back, even when nothing requires a
-gradient (about 8 us of host time per call on an H200 machine's CPU). When autograd would
+gradient (6-12 us of host time per call on the H200 machine's CPU, measured in
+`benchmarks/results/host-overhead-h200-ab.json`). When autograd would
 not record anything -- grad mode off, or no input requiring grad -- that function only
 re-dispatches below autograd (`torch._library.autograd`'s ``forward_no_grad``); the wrappers
 do that step themselves, which skips the round trip. While torch.compile traces, the

@@ -10,7 +10,7 @@ Ask before use, and load through the registry::
 
 from __future__ import annotations
 
-from kernelpack.runtime import Registry
+from kernelpack_runtime import Registry
 
 status, is_available, unavailable_reason, load = Registry(__name__).api()
 

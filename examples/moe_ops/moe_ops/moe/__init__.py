@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from kernelpack.runtime import ops_namespace
+from kernelpack_runtime import ops_namespace
 
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 

@@ -84,7 +84,9 @@ def _python(site: Path, code: str) -> str:
 
 
 def test_wheel_is_tagged_for_the_stable_abi_and_holds_sm90a_code(wheel: Path) -> None:
-    assert re.fullmatch(r"moe_ops-0\.1\.0\+cu\d+stable2\.10-cp\d+-abi3-linux_\w+\.whl", wheel.name)
+    assert re.fullmatch(
+        r"moe_ops-0\.1\.0\+cu\d+stable2\.10-cp\d+-abi3-manylinux_2_\d+_x86_64\.whl", wheel.name
+    )
     archive = zipfile.ZipFile(wheel)
     assert {"moe_ops/moe/_C.abi3.so", "moe_ops/_kernelpack.json"} <= set(archive.namelist())
     record = json.loads(archive.read("moe_ops/_kernelpack.json"))

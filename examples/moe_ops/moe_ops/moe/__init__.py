@@ -61,8 +61,8 @@ ROUTER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_EXPERTS = 1024
 #: Largest top-k of `moe_forward`.
 MAX_TOP_K = 8
-#: Tile configurations: "auto" is the one measured fastest on every layer benchmarked
-#: (cooperative); the others force one (see docs/moe_ops.md).
+#: Tile configurations: "auto" is cooperative (the fastest or within 3% of it on every layer
+#: benchmarked, see docs/moe_ops.md); the others force one.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 
 #: The torch.ops namespace of these ops, from the build record.

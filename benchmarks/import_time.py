@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack_runtime.reason import Reason
-from kernelpack_runtime.record import FILENAME, BuildRecord, KernelRecord, ToolchainRecord
+from kernelpack_runtime.record import (
+    FILENAME,
+    BuildRecord,
+    BuiltKernel,
+    SkippedKernel,
+    ToolchainRecord,
+)
 
 GOAL_MS = 20.0
 
@@ -41,9 +47,8 @@ print(json.dumps({{"ms": (t1 - t0) * 1000, "status": status}}))
 """
 
 
-def _built(name: str) -> KernelRecord:
-    return KernelRecord(
-        status="built",
+def _built(name: str) -> BuiltKernel:
+    return BuiltKernel(
         abi="stable",
         stable_target="2.10",
         archs=("9.0a",),
@@ -60,10 +65,7 @@ RECORD = BuildRecord(
     kernels={
         "rmsnorm": _built("rmsnorm"),
         "silu_mul": _built("silu_mul"),
-        "flash_moe": KernelRecord(
-            status="skipped",
-            reason=Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a"),
-        ),
+        "flash_moe": SkippedKernel(Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a")),
     },
 )
 

@@ -25,7 +25,7 @@ from kernelpack.errors import ManifestError, UsageError
 from kernelpack.manifest import Manifest, load
 from kernelpack.settings import Settings
 
-__all__ = ["MANIFEST_NAME", "PATH_HELP", "Project", "locate"]
+__all__ = ["MANIFEST_NAME", "PACKAGE_HELP", "PATH_HELP", "Project", "locate", "locate_package"]
 
 #: The manifest's file name.
 MANIFEST_NAME = "kernels.toml"
@@ -35,6 +35,12 @@ PATH_HELP = (
     f"a {MANIFEST_NAME}, a package folder holding one, a project folder (pyproject.toml "
     "with [tool.kernelpack] or naming the package), or a kernel-builder build.toml or its "
     "folder (default: the current folder)"
+)
+
+#: What a PKG argument (`kernelpack status|contract PKG`) may name, for `--help`.
+PACKAGE_HELP = (
+    "an importable package name, a package folder, a kernels.toml, or a project folder "
+    "whose pyproject.toml names the package"
 )
 
 _EXPECTED = (
@@ -298,3 +304,33 @@ def _project_table(data: dict[str, Any]) -> dict[str, Any]:
 
 def _manifest_file(path: Path) -> Path:
     return path / MANIFEST_NAME if path.is_dir() else path
+
+
+def locate_package(text: str) -> str:
+    """The import name of the kernel package PKG names, made importable from where it lies.
+
+    PKG is an importable name (`llm_ops`), a package folder (source tree or installed), a
+    `kernels.toml`, or a project folder that `kernelpack build` accepts. For a path, the folder
+    holding the package is put first on `sys.path`, so that copy is the one imported. A PKG
+    that is none of these is a `UsageError`.
+    """
+    import sys
+
+    path = Path(text)
+    if path.exists():
+        folder = _package_folder(path)
+        parent = str(folder.parent.absolute())
+        if parent in sys.path:
+            sys.path.remove(parent)
+        sys.path.insert(0, parent)
+        return folder.name
+    if not all(part.isidentifier() for part in text.split(".")):
+        raise UsageError(f"{text}: not a package name, nor a package or project folder")
+    return text
+
+
+def _package_folder(path: Path) -> Path:
+    target = path.absolute()
+    if target.is_dir() and (target / "__init__.py").is_file():
+        return target  # a package folder, installed or a source tree
+    return locate(target).package_dir.absolute()  # UsageError naming what it expected

@@ -10,8 +10,8 @@ would have (`0o666` less the umask), not `mkstemp`'s private `0o600`.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,10 +22,25 @@ __all__ = ["TEMP_PREFIX", "atomic_path", "copy_atomic", "write_text_atomic"]
 TEMP_PREFIX = "."
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+#: What `open()` asks for a new file; the process umask takes away the rest (0644 usually).
+_NEW_FILE_MODE = 0o666
+
+
+def _create_sibling(destination: Path) -> Path:
+    """A new, empty, exclusively created temporary sibling of `destination`.
+
+    Created with `_NEW_FILE_MODE`, so the kernel applies the umask as for any new file:
+    no need to read the process-wide umask (which cannot be read without setting it, a race
+    with other threads creating files).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temp = destination.parent / f"{TEMP_PREFIX}{destination.name}.{secrets.token_hex(4)}"
+        try:
+            os.close(os.open(temp, flags, _NEW_FILE_MODE))
+        except FileExistsError:
+            continue
+        return temp
 
 
 @contextmanager
@@ -34,12 +49,11 @@ def atomic_path(destination: Path, *, mode: int | None = None) -> Iterator[Path]
     `destination` (`os.replace`), on any exception it is removed and `destination` is left
     as it was. `mode` (default `0o666` less the umask) is set before the rename."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{destination.name}.", dir=destination.parent)
-    os.close(fd)
-    temp = Path(name)
+    temp = _create_sibling(destination)
     try:
         yield temp
-        os.chmod(temp, (0o666 & ~_umask()) if mode is None else mode)
+        if mode is not None:
+            os.chmod(temp, mode)
         os.replace(temp, destination)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -1,10 +1,11 @@
-"""The run-time checks before a kernel is loaded, in docs/runtime.md's order, each a `Reason`.
+"""The run-time checks before a kernel is loaded, in order, each giving a `Reason`.
 
 `not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `torch-mismatch`,
-`driver-too-old`; the last two codes (`load-failed`, `namespace-collision`) need the kernel to
-be imported and live in `kernelpack_runtime.loader`. Every check is a pure function of the build
-record and a `Context` whose facts are gathered lazily: a kernel stopped by an early check never
-probes the device.
+`driver-too-old`; the next two codes (`load-failed`, `namespace-collision`) need the kernel to
+be imported and live in `kernelpack_runtime.loader`; `record-invalid` (a record that cannot be
+read) is decided by the registry before any of them (see docs/runtime.md). Every check is a
+pure function of the build record and a `Context` whose facts are gathered lazily: a kernel
+stopped by an early check never probes the device.
 """
 
 from __future__ import annotations
@@ -18,31 +19,24 @@ from typing import TYPE_CHECKING
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.device import DeviceFacts, Probe
 from kernelpack_runtime.reason import Reason
-from kernelpack_runtime.record import BuildRecord, KernelRecord
+from kernelpack_runtime.record import BuildRecord, BuiltKernel, KernelRecord
 from kernelpack_runtime.torchinfo import TorchFacts, TorchReader
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
-__all__ = ["CHECKS", "Check", "Context", "disabled_kernels", "env_prefix", "first_reason"]
+__all__ = ["CHECKS", "Check", "Context", "disabled_kernels", "first_reason"]
 
 
-def env_prefix(package: str) -> str:
-    """The environment-variable prefix of a package: `llm_ops` -> `LLM_OPS`.
-
-    Always the name upper-cased: a prefix customised in `[tool.kernelpack]` is not in the
-    build record, so the run time cannot know it (`KERNELPACK_DISABLE` works for any package).
-    """
-    return re.sub(r"[^A-Za-z0-9]", "_", package).upper()
-
-
-def disabled_kernels(package: str, environ: Mapping[str, str]) -> dict[str, str]:
+def disabled_kernels(prefix: str, environ: Mapping[str, str]) -> dict[str, str]:
     """Kernel name -> the `NAME=value` setting that disables it.
 
-    Read from `<PREFIX>_DISABLE` and `KERNELPACK_DISABLE` (comma-separated kernel names).
+    Read from `<prefix>_DISABLE` (the prefix the build record stores: `[tool.kernelpack]
+    env-prefix`, else the package name upper-cased) and `KERNELPACK_DISABLE`
+    (comma-separated kernel names).
     """
     disabled: dict[str, str] = {}
-    for variable in (f"{env_prefix(package)}_DISABLE", "KERNELPACK_DISABLE"):
+    for variable in (f"{prefix}_DISABLE", "KERNELPACK_DISABLE"):
         value = environ.get(variable, "")
         for name in (part.strip() for part in value.split(",")):
             if name:
@@ -64,7 +58,9 @@ class Context:
         self.record = record
         self._probe = probe
         self._read_torch = read_torch
-        self.disabled = disabled_kernels(record.package, os.environ if environ is None else environ)
+        self.disabled = disabled_kernels(
+            record.env_prefix, os.environ if environ is None else environ
+        )
 
     @cached_property
     def torch(self) -> TorchFacts:
@@ -81,26 +77,25 @@ class Context:
         return f"torch {toolchain.torch} ({cuda})"
 
 
-Check = Callable[[str, KernelRecord, Context], "Reason | None"]
+Check = Callable[[str, BuiltKernel, Context], "Reason | None"]
+"""One check of a built kernel (a skipped one stops at `not-built`)."""
 
 
 def _not_built(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
-    if kernel.built:
+    if isinstance(kernel, BuiltKernel):
         return None
     cause = kernel.reason
-    if cause is None:
-        return Reason("not-built", f"{name} was not built (the build record gives no reason)")
     return Reason("not-built", f"skipped at build time ({cause.code}): {cause.message}", cause)
 
 
-def _disabled(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _disabled(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     setting = ctx.disabled.get(name)
     if setting is None:
         return None
     return Reason("disabled", f"disabled by {setting}; remove {name!r} from it to use the kernel")
 
 
-def _no_cuda_torch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _no_cuda_torch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     torch = ctx.torch
     wanted = ctx.record.toolchain.torch_cuda or ctx.record.toolchain.cuda
     install = (
@@ -113,14 +108,14 @@ def _no_cuda_torch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | No
     return None
 
 
-def _no_device(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _no_device(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     device = ctx.device
     if device.devices:
         return None
     return Reason("no-device", f"no CUDA device visible: {device.problem or 'no GPU found'}")
 
 
-def _built_for(kernel: KernelRecord) -> str:
+def _built_for(kernel: BuiltKernel) -> str:
     targets = ", ".join(_sm(arch) for arch in kernel.archs) or "no arch"
     if kernel.ptx and kernel.archs:
         targets += f" + PTX {max(Arch.parse(a) for a in kernel.archs).compute}"
@@ -134,7 +129,7 @@ def _sm(text: str) -> str:
         return text
 
 
-def _arch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _arch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     archs = []
     for text in kernel.archs:
         try:
@@ -165,7 +160,7 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
-def _torch_mismatch(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _torch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     running, built = ctx.torch, ctx.record.toolchain
     running_version = _version(running.version)
     if running_version is None:
@@ -208,7 +203,7 @@ def _cuda_tuple(version: str) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2) or 0)
 
 
-def _driver_too_old(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
+def _driver_too_old(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
     driver = ctx.device.driver_cuda
     cuda = ctx.record.toolchain.cuda
     needed = _cuda_tuple(cuda) if cuda else None
@@ -235,6 +230,8 @@ CHECKS: tuple[Check, ...] = (
 
 def first_reason(name: str, kernel: KernelRecord, ctx: Context) -> Reason | None:
     """The first check that fails for `kernel`, or None when it may be loaded."""
+    if not isinstance(kernel, BuiltKernel):
+        return _not_built(name, kernel, ctx)
     for check in CHECKS:
         reason = check(name, kernel, ctx)
         if reason is not None:

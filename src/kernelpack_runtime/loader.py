@@ -5,26 +5,47 @@ imported (which dlopens its `_C`; no CUDA context is created). The outcome is ca
 process, shared by every registry: a module is imported at most once, and a failure is not
 retried into a different, misleading error.
 
+Before anything is opened, the file checked is the one Python's import system would load for
+the recorded library's module (`rmsnorm/_C.abi3.so` is `<pkg>.rmsnorm._C`; extension suffixes
+in `importlib.machinery.EXTENSION_SUFFIXES` order, so a stale `_C.cpython-311-….so` beside the
+recorded `_C.abi3.so` is the one looked at). It must
+be the recorded library, a regular file, inside the package, and a whole ELF file: dlopen of a
+truncated library dies of SIGBUS rather than failing.
+
 A C++ `TORCH_LIBRARY` that meets a namespace already registered throws from a static
 initialiser while the `.so` is being opened, which aborts the process rather than raising. So
-the namespace is checked *before* the import: ops already present in `torch.ops.<ns>` belong to
-another library.
+the namespaces are checked *before* the import: the recorded one, and every one the library's
+symbols say it registers (kernel-builder's stock `registration.h` registers in
+`TORCH_EXTENSION_NAME`, `_C`); ops already present there belong to another library. After the
+import, the recorded namespace must hold ops the import registered; otherwise the kernel is
+`load-failed`, naming where its ops went.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
 import re
-import struct
+import stat
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from kernelpack_runtime import _elf
 from kernelpack_runtime.reason import Reason
 
-__all__ = ["demangle", "elf_problem", "import_kernel", "ops_in_namespace"]
+__all__ = [
+    "Library",
+    "demangle",
+    "import_kernel",
+    "inside",
+    "library_module",
+    "library_problem",
+    "ops_in_namespace",
+]
 
 _locks_lock = threading.Lock()
 _locks: dict[str, threading.RLock] = {}
@@ -39,12 +60,16 @@ _COLLISIONS = (
 )
 
 
-def ops_in_namespace(namespace: str) -> list[str]:
-    """The ops (`ns::name`) torch's dispatcher already knows in `namespace`."""
+def _all_ops() -> frozenset[str]:
     import torch
 
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
+
+def ops_in_namespace(namespace: str) -> list[str]:
+    """The ops (`ns::name`) torch's dispatcher already knows in `namespace`."""
     prefix = f"{namespace}::"
-    return sorted(op for op in torch._C._dispatch_get_all_op_names() if op.startswith(prefix))
+    return sorted(op for op in _all_ops() if op.startswith(prefix))
 
 
 def _registered_at(op: str) -> str | None:
@@ -59,51 +84,93 @@ def _registered_at(op: str) -> str | None:
     return match.group(1) if match else None
 
 
-_PT_LOAD = 1
+@dataclass(frozen=True)
+class Library:
+    """The library a kernel's import would load, and what its headers say."""
+
+    module: str
+    """Its import name: `llm_ops.rmsnorm._C` for `rmsnorm/_C.abi3.so`."""
+    path: Path
+    extension: bool
+    """A native extension module (else a Python module standing in for one, as in tests)."""
+    namespaces: tuple[str, ...] = ()
+    """The op namespaces its static initialisers register (from its symbols)."""
 
 
-def elf_problem(path: Path) -> str | None:
-    """Why `path` cannot be a whole ELF library, or None (including when it is no ELF at all:
-    dlopen says best what that is).
+def library_module(package: str, recorded: str) -> str:
+    """The import name of the recorded library `recorded` (relative to package `package`)."""
+    *folders, name = recorded.split("/")
+    return ".".join([package, *folders, name.partition(".")[0]])
 
-    Checked before dlopen because a truncated library is not an error there: the loader maps
-    pages past the end of the file, and the first touch kills the process with SIGBUS. Reads
-    only the headers (the runtime does not depend on pyelftools, a test-time dependency).
-    """
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, symlinks resolved, lies in `folder` (symlinks resolved too)."""
     try:
-        with path.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            header = fh.read(64)
-            if len(header) < 52 or header[:4] != b"\x7fELF":
-                return None
-            wide, order = header[4] == 2, "<" if header[5] == 1 else ">"
-            if wide:
-                phoff, shoff = struct.unpack_from(f"{order}QQ", header, 32)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 54)
-            else:
-                phoff, shoff = struct.unpack_from(f"{order}II", header, 28)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 42)
-            # The section table usually ends the file: any truncation cuts it.
-            needed = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
-            fh.seek(phoff)
-            table = fh.read(phentsize * phnum)
+        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
+    except ValueError:
+        return False
+    return True
+
+
+def _find(module: str, folder: Path) -> Path | None:
+    """The file `import <module>` would load, found without importing its parent (which
+    lives in `folder`): the import system's own finders, in their order."""
+    parent = sys.modules.get(module.rpartition(".")[0])
+    locations = [str(p) for p in getattr(parent, "__path__", None) or []]
+    if not locations:
+        if not folder.is_dir():
+            return None
+        locations = [str(folder)]
+    spec = importlib.machinery.PathFinder.find_spec(module, locations)
+    if spec is None or not spec.origin or not spec.has_location:
+        return None
+    return Path(spec.origin)
+
+
+def library_problem(
+    package: str, *, package_dir: Path, recorded: str
+) -> tuple[Library | None, str | None]:
+    """The library Python would load for the recorded one, or why it must not be opened.
+
+    `recorded` is the build record's `library` (relative to `package_dir`), whose module is
+    `library_module(package, recorded)`. Nothing here executes or maps the file: it is found
+    through the import system's finders, then `stat`ed and, for an extension, its ELF
+    headers read.
+    """
+    expected = package_dir / recorded
+    module = library_module(package, recorded)
+    try:
+        picked = _find(module, expected.parent)
+    except (ImportError, OSError, ValueError) as exc:
+        return None, f"{module} cannot be looked up: {exc}"
+    if picked is None:  # the finders skip what is not a regular file
+        if os.path.lexists(expected):
+            return None, f"{expected} is not a regular file (import cannot load it)"
+        return None, f"{expected} is missing (the build record lists it)"
+    if not inside(picked, package_dir):
+        return None, f"{picked} leads outside the package ({os.path.realpath(picked)})"
+    try:
+        info = os.stat(picked)
     except OSError as exc:
-        return f"{path} cannot be read: {exc}"
-    if len(table) == phentsize * phnum:
-        for entry in range(phnum):
-            at = entry * phentsize
-            if struct.unpack_from(f"{order}I", table, at)[0] != _PT_LOAD:
-                continue
-            if wide:
-                (offset,) = struct.unpack_from(f"{order}Q", table, at + 8)
-                (filesz,) = struct.unpack_from(f"{order}Q", table, at + 32)
-            else:
-                (offset,) = struct.unpack_from(f"{order}I", table, at + 4)
-                (filesz,) = struct.unpack_from(f"{order}I", table, at + 16)
-            needed = max(needed, offset + filesz)
-    if size < needed:
-        return f"{path} is truncated ({size} bytes; its ELF headers need {needed})"
-    return None
+        return None, f"{picked} cannot be read: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{picked} is not a regular file"
+    extension = picked.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    elf = None
+    if extension:
+        try:
+            elf = _elf.inspect_library(picked)
+        except OSError as exc:
+            return None, f"{picked} cannot be read: {exc.strerror or exc}"
+        if elf is not None and elf.problem is not None:
+            return None, f"{picked} {elf.problem}"
+    if os.path.realpath(picked) != os.path.realpath(expected):
+        return None, (
+            f"Python would import {picked}, not the recorded {expected} (a library left from "
+            "another build?); remove it"
+        )
+    namespaces = elf.namespaces if elf else ()
+    return Library(module, picked, extension=extension, namespaces=namespaces), None
 
 
 def demangle(text: str) -> str:
@@ -139,59 +206,94 @@ def _one_line(error: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _collision(namespace: str, ops: list[str]) -> Reason:
-    shown = ", ".join(ops[:3]) + (", …" if len(ops) > 3 else "")
+def _shown(ops: list[str]) -> str:
+    return ", ".join(ops[:3]) + (", …" if len(ops) > 3 else "")
+
+
+def _collision(namespace: str, ops: list[str], recorded: str | None) -> Reason:
     where = _registered_at(ops[0])
     by = f" (registered at {where})" if where else ""
+    fix = (
+        "set another ops namespace for this kernel in kernels.toml"
+        if namespace == recorded
+        else f"register this kernel's ops in its own namespace (torch.ops.{recorded}) instead"
+        if recorded
+        else "give this kernel its own ops namespace"
+    )
     return Reason(
         "namespace-collision",
-        f"torch.ops.{namespace} already holds {shown} from another library{by}; uninstall it "
-        "or set another ops namespace for this kernel in kernels.toml",
+        f"torch.ops.{namespace} already holds {_shown(ops)} from another library{by}; "
+        f"uninstall it or {fix}",
     )
 
 
 def import_kernel(
-    module: str, *, library: Path | None, namespace: str | None, hint: str
+    module: str,
+    *,
+    library: Library | None,
+    namespace: str | None,
+    shared: bool,
+    hint: str,
 ) -> ModuleType | Reason:
-    """Import kernel module `module`, or say why it cannot be.
+    """Import kernel module `module` (and its library's module), or say why it cannot be.
 
-    `library` is the `.so` the build record names; `namespace` the op namespace to check for
-    foreign ops first (None: no check, e.g. when a sibling kernel sharing it is loaded).
-    `hint` ("built for …, running …") ends a `load-failed` message.
+    `library` is what `library_problem` found; `namespace` the recorded op namespace;
+    `shared` says a sibling kernel that shares it is loaded already (its ops are no
+    collision). `hint` ("built for …, running …") ends a `load-failed` message.
     """
     with _locks_lock:
         lock = _locks.setdefault(module, threading.RLock())
     with lock:  # one lock per module: loading one kernel never waits for another
         outcome = _outcomes.get(module)
         if outcome is None:
-            outcome = _outcomes[module] = _import(module, library, namespace, hint)
+            outcome = _outcomes[module] = _import(module, library, namespace, shared, hint)
         return outcome
 
 
-def _library_problem(library: Path) -> str | None:
-    """Why the recorded library cannot be dlopened safely, found without opening it."""
-    if not library.exists():
-        return f"{library} is missing (the build record lists it)"
-    return elf_problem(library)
-
-
 def _import(
-    module: str, library: Path | None, namespace: str | None, hint: str
+    module: str, library: Library | None, namespace: str | None, shared: bool, hint: str
 ) -> ModuleType | Reason:
     loaded = sys.modules.get(module)
-    if loaded is not None:
+    if loaded is not None and (library is None or library.module in sys.modules):
         return loaded
-    problem = _library_problem(library) if library is not None else None
-    if problem is not None:
-        return Reason("load-failed", f"{problem}; rebuild or reinstall; {hint}")
+    checked = [] if shared or not namespace else [namespace]
+    for other in library.namespaces if library is not None else ():
+        if other not in checked and not (shared and other == namespace):
+            checked.append(other)
+    watch = bool(namespace) or bool(checked)
     try:
-        if namespace:
-            ops = ops_in_namespace(namespace)  # imports torch, which may itself fail
-            if ops:
-                return _collision(namespace, ops)
-        return importlib.import_module(module)
+        before = _all_ops() if watch else frozenset()  # imports torch, which may itself fail
+        for name in checked:
+            prefix = f"{name}::"
+            taken = sorted(op for op in before if op.startswith(prefix))
+            if taken:
+                return _collision(name, taken, namespace)
+        imported = importlib.import_module(module)
+        if library is not None:  # a kernel folder need not import its library itself
+            importlib.import_module(library.module)
+        after = _all_ops() if watch else frozenset()
     except Exception as exc:
         message = _one_line(exc)
         if any(marker in message for marker in _COLLISIONS):
             return Reason("namespace-collision", f"{message}; give this kernel its own namespace")
         return Reason("load-failed", f"{demangle(message)}; {hint}")
+    if namespace and not shared:
+        problem = _unregistered(namespace, sorted(after - before))
+        if problem is not None:
+            return Reason("load-failed", f"{module}: {problem}; {hint}")
+    return imported
+
+
+def _unregistered(namespace: str, new: list[str]) -> str | None:
+    """Why the ops the import registered (`new`) do not put `namespace` in use, or None."""
+    if any(op.startswith(f"{namespace}::") for op in new):
+        return None
+    elsewhere = sorted({op.partition("::")[0] for op in new})
+    if not elsewhere:
+        return f"its library registered no op (the build record names torch.ops.{namespace})"
+    where = ", ".join(f"torch.ops.{ns}" for ns in elsewhere)
+    return (
+        f"its library registered its ops in {where} ({_shown(new)}), not in torch.ops."
+        f"{namespace}, the namespace the build record names; register them with "
+        "KP_LIBRARY / KP_STABLE_LIBRARY (namespace KERNELPACK_NS) or set ops in kernels.toml"
+    )

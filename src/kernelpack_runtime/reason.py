@@ -21,7 +21,8 @@ BUILD_CODES = (
     "not-selected",
 )
 
-#: Codes the runtime registry gives, in the order it checks them.
+#: Codes the runtime registry gives, in the order it checks them; `record-invalid` (a build
+#: record that cannot be read or does not validate) precedes them all, for every kernel.
 RUNTIME_CODES = (
     "not-built",
     "disabled",
@@ -32,6 +33,7 @@ RUNTIME_CODES = (
     "driver-too-old",
     "load-failed",
     "namespace-collision",
+    "record-invalid",
 )
 
 

@@ -6,15 +6,18 @@ A kernel package wires it into its `__init__.py` in two lines::
     status, is_available, unavailable_reason, load = Registry(__name__).api()
 
 The registry reads the build record `<pkg>/_kernelpack.json` (never the manifest, never build
-code), runs the checks of `kernelpack_runtime.checks` in docs/runtime.md's order, and imports a
-kernel only once it has passed them all. Answers are cached per registry and safe to ask from
-several threads; none of them initialises CUDA.
+code), runs the checks of `kernelpack_runtime.checks` in order, and imports a kernel only once
+it has passed them all (see docs/runtime.md). A record that cannot be read or does not
+validate makes every kernel it names `record-invalid`; no record content makes the registry
+raise, abort or hang. Answers are cached per registry and safe to ask from several threads;
+none of them initialises CUDA.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -26,7 +29,7 @@ from kernelpack_runtime.checks import Context, first_reason
 from kernelpack_runtime.device import Probe
 from kernelpack_runtime.errors import KernelUnavailableError
 from kernelpack_runtime.reason import Reason
-from kernelpack_runtime.record import FILENAME, BuildRecord
+from kernelpack_runtime.record import FILENAME, BuildRecord, BuiltKernel, InvalidRecord
 from kernelpack_runtime.torchinfo import TorchReader
 
 __all__ = ["Api", "Registry", "log_status", "ops_namespace", "registry_for", "status_line"]
@@ -49,7 +52,7 @@ class _LoadFn(Protocol):
 
 
 class Api(NamedTuple):
-    """The four functions a kernel package exports, in the order docs/runtime.md unpacks them."""
+    """The four functions a kernel package exports, in the order a package unpacks them."""
 
     status: _StatusFn
     is_available: _AvailableFn
@@ -94,6 +97,7 @@ class Registry:
         self._record_lock = threading.Lock()
         self._record: BuildRecord | None = None
         self._record_problem: str | None = None
+        self._invalid: InvalidRecord | None = None
         self._loaded_record = False
         self._context: Context | None = None
         self._reasons: dict[str, Reason | None] = {}
@@ -128,10 +132,11 @@ class Registry:
 
     @property
     def record(self) -> BuildRecord | None:
-        """The build record, or None when there is none (see `record_problem`)."""
+        """The build record, or None when there is none or it is invalid (see
+        `record_problem`)."""
         with self._record_lock:
             if not self._loaded_record:
-                self._record, self._record_problem = self._read_record()
+                self._record, self._record_problem, self._invalid = self._read_record()
                 self._loaded_record = True
             return self._record
 
@@ -141,24 +146,40 @@ class Registry:
         _ = self.record
         return self._record_problem
 
-    def _read_record(self) -> tuple[BuildRecord | None, str | None]:
+    @property
+    def record_invalid(self) -> bool:
+        """Whether a build record exists but cannot be read or does not validate."""
+        _ = self.record
+        return self._invalid is not None
+
+    def _read_record(self) -> tuple[BuildRecord | None, str | None, InvalidRecord | None]:
         path = self.record_path
         if path is None:
-            return None, f"package {self.package!r} is not installed"
-        if not path.is_file():
-            return None, (
-                f"{self.package} has no build record ({path}); build it with "
-                f"`kernelpack build --inplace` or install a built wheel"
-            )
+            return None, f"package {self.package!r} is not installed", None
+        missing = (
+            f"{self.package} has no build record ({path}); build it with "
+            f"`kernelpack build --inplace` or install a built wheel"
+        )
+        if not os.path.lexists(path):
+            return None, missing, None
+        location = self.location
+        if location is not None and not loader.inside(path, location):
+            error = InvalidRecord(f"{path}: leads outside the package ({os.path.realpath(path)})")
+            return None, f"{self.package}'s build record is invalid: {error}", error
         try:
-            return BuildRecord.read(path), None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return None, f"{self.package}'s build record cannot be read: {exc}"
+            return BuildRecord.read(path), None, None
+        except FileNotFoundError:
+            return None, missing, None
+        except InvalidRecord as exc:
+            return None, f"{self.package}'s build record is invalid: {exc}", exc
 
     def kernels(self) -> tuple[str, ...]:
-        """The kernel names the build record lists (none without a record)."""
+        """The kernel names the build record lists (none without a record; those it still
+        names when it is invalid)."""
         record = self.record
-        return tuple(record.kernels) if record is not None else ()
+        if record is not None:
+            return tuple(record.kernels)
+        return self._invalid.kernels if self._invalid is not None else ()
 
     # -- the answers --------------------------------------------------------------------------
 
@@ -211,35 +232,49 @@ class Registry:
     def _decide(self, kernel: str) -> Reason | None:
         record = self.record
         if record is None:
-            return Reason("not-built", self._record_problem or "no build record")
-        spec = record.kernels.get(kernel)
-        if spec is None:
-            known = ", ".join(record.kernels) or "none"
-            raise ValueError(f"{self.package} has no kernel {kernel!r} (its kernels: {known})")
+            problem = self._record_problem or "no build record"
+            if self._invalid is None:
+                return Reason("not-built", problem)
+            if self._invalid.kernels and kernel not in self._invalid.kernels:
+                raise ValueError(self._unknown(kernel, self._invalid.kernels))
+            return Reason("record-invalid", f"{problem}; rebuild or reinstall the package")
+        entry = record.kernels.get(kernel)
+        if entry is None:
+            raise ValueError(self._unknown(kernel, tuple(record.kernels)))
         if self._context is None:
             self._context = Context(
                 record, probe=self._probe or device.default_probe, read_torch=self._read_torch
             )
-        reason = first_reason(kernel, spec, self._context)
-        if reason is not None:
+        reason = first_reason(kernel, entry, self._context)
+        if reason is not None or not isinstance(entry, BuiltKernel):
             return reason
         location = self.location
-        shares_namespace = any(
+        if location is None:
+            return Reason("load-failed", f"package {self.package!r} is not installed")
+        module = f"{self.package}.{kernel}"
+        library, trouble = loader.library_problem(
+            self.package, package_dir=location, recorded=entry.library
+        )
+        if trouble is not None:
+            return Reason("load-failed", f"{trouble}; rebuild or reinstall; {self._hint()}")
+        shared = entry.namespace is not None and any(
             other != kernel
-            and other_spec.namespace == spec.namespace
+            and built.namespace == entry.namespace
             and f"{self.package}.{other}" in sys.modules
-            for other, other_spec in record.kernels.items()
+            for other, built in record.kernels.items()
         )
         outcome = loader.import_kernel(
-            f"{self.package}.{kernel}",
-            library=location / spec.library if location is not None and spec.library else None,
-            namespace=None if shares_namespace else spec.namespace,
-            hint=self._hint(),
+            module, library=library, namespace=entry.namespace, shared=shared, hint=self._hint()
         )
         if isinstance(outcome, Reason):
             return outcome
         self._modules[kernel] = outcome
         return None
+
+    def _unknown(self, kernel: str, known: tuple[str, ...]) -> str:
+        return (
+            f"{self.package} has no kernel {kernel!r} (its kernels: {', '.join(known) or 'none'})"
+        )
 
     def _hint(self) -> str:
         assert self._context is not None

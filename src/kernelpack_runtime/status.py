@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import BuiltKernel
 from kernelpack_runtime.registry import Registry
 
 __all__ = ["KernelStatus", "PackageStatus"]
@@ -50,16 +51,23 @@ class PackageStatus:
     def of(cls, registry: Registry) -> PackageStatus:
         """Ask `registry` about every kernel its build record lists."""
         record = registry.record
-        if record is None:
-            return cls(registry.package, None, ())
-        return cls(
-            package=registry.package,
-            version=record.version,
-            kernels=tuple(
-                KernelStatus(name, registry.unavailable_reason(name), kernel.archs, kernel.abi)
-                for name, kernel in record.kernels.items()
-            ),
-        )
+        if record is None:  # no record, or an invalid one: its names get `record-invalid`
+            return cls(
+                registry.package,
+                None,
+                tuple(
+                    KernelStatus(name, registry.unavailable_reason(name), (), None)
+                    for name in registry.kernels()
+                ),
+            )
+        kernels = []
+        for name, entry in record.kernels.items():
+            reason = registry.unavailable_reason(name)
+            if isinstance(entry, BuiltKernel):
+                kernels.append(KernelStatus(name, reason, entry.archs, entry.abi))
+            else:
+                kernels.append(KernelStatus(name, reason, (), None))
+        return cls(package=registry.package, version=record.version, kernels=tuple(kernels))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -33,6 +33,7 @@ from kernelpack_runtime.record import BuildRecord
 pytestmark = pytest.mark.integration
 
 PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
+SRC = Path(__file__).resolve().parents[2] / "src"
 CUOBJDUMP_PARTS = ("triton", "backends", "nvidia", "bin", "cuobjdump")
 # Mangled names in torch's C++ namespaces: c10::, at::, torch:: (also const members: _ZNK).
 TORCH_CXX_SYMBOL = re.compile(r"^_ZN?K?\d*(3c10|2at|5torch)")
@@ -172,21 +173,57 @@ def test_build_record_is_written_into_the_package(built: tuple[Path, BuildResult
     assert re.fullmatch(r"[0-9a-f]{64}", scale.sources_sha256 or "")
 
 
-def test_record_on_disk_has_the_schema_1_keys(tree: Path, ccache_dir: Path) -> None:
+def test_record_on_disk_is_exactly_what_the_record_types_write(
+    tree: Path, ccache_dir: Path
+) -> None:
+    # tests/unit/test_record.py pins the wire format of the types; the build writes through them.
     _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
-    data = json.loads((tree / "kpdemo" / "_kernelpack.json").read_text())
-    assert data.keys() == {"schema", "package", "version", "toolchain", "kernels"}
-    assert (data["schema"], data["package"]) == (1, "kpdemo")
-    assert data["toolchain"].keys() == {
-        "nvcc", "cuda", "torch", "torch_cuda", "cxx11_abi", "python", "machine"
-    }  # fmt: skip
-    assert data["kernels"]["scale"].keys() == {
-        "status", "abi", "stable_target", "archs", "ptx", "library", "sources_sha256", "namespace"
-    }  # fmt: skip
-    skipped = data["kernels"]["addone"]
-    assert {"status", "reason"} <= skipped.keys() <= {"status", "reason", "namespace"}
-    assert skipped["status"] == "skipped"
-    assert skipped["reason"].keys() == {"code", "message"}
+    path = tree / "kpdemo" / "_kernelpack.json"
+    data = json.loads(path.read_text())
+    assert BuildRecord.from_json(data).to_json() == data
+    assert (data["schema"], data["package"], data["env_prefix"]) == (2, "kpdemo", "KPDEMO")
+    assert data["kernels"]["addone"]["status"] == "skipped"
+
+
+def test_in_place_record_is_readable_by_every_user(tree: Path, ccache_dir: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+    finally:
+        os.umask(previous)
+    assert (tree / "kpdemo" / "_kernelpack.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_custom_env_prefix_is_recorded_and_disables_at_run_time(
+    tree: Path, ccache_dir: Path
+) -> None:
+    pyproject = tree / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            "[tool.kernelpack]\n", '[tool.kernelpack]\nenv-prefix = "DEMO"\n'
+        )
+    )
+    _build(tree, _env(ccache_dir, DEMO_KERNELS="scale"))
+    record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
+    assert record.env_prefix == "DEMO"
+    assert not record.kernels["addone"].built  # DEMO_KERNELS selected at build time
+    code = (
+        "import json, os\n"
+        "from kernelpack_runtime import Registry\n"
+        "from kernelpack_runtime.testing.fakes import fake_probe\n"
+        "os.environ['DEMO_DISABLE'] = 'scale'\n"
+        "reason = Registry('kpdemo', probe=fake_probe('9.0')).unavailable_reason('scale')\n"
+        "print(json.dumps([reason.code, reason.message]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "DEMO_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(SRC)])
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.splitlines()[-1]) == [
+        "disabled",
+        "disabled by DEMO_DISABLE=scale; remove 'scale' from it to use the kernel",
+    ]
 
 
 def _flags(built: tuple[Path, BuildResult], kernel: str) -> KernelFlags:

@@ -392,3 +392,99 @@ def test_status_command_reports_the_really_built_package(demo: Path) -> None:
     assert report["kernels"]["scale"]["abi"] == "stable"
     assert report["kernels"]["addone"]["abi"] == "torch"
     assert {k["reason"]["code"] for k in report["kernels"].values()} == {"no-device"}
+
+
+# -- where a library's ops really go (kernel-builder's stock registration) -------------------------
+
+#: kernel-builder's stock binding: ops registered in `TORCH_EXTENSION_NAME`, which kernelpack
+#: defines as `_C` (the module name), not in the kernel's own namespace.
+STOCK_BINDING = """\
+#include <torch/csrc/stable/library.h>
+
+#define STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE) STABLE_TORCH_LIBRARY(NAME, MODULE)
+
+STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) { ops.def("relu(Tensor x) -> Tensor"); }
+"""
+
+
+def _stock_package(root: Path, name: str) -> Path:
+    (root / name / "relu" / "csrc").mkdir(parents=True)
+    (root / name / "__init__.py").write_text('"""Registers its ops the kernel-builder way."""\n')
+    (root / name / "relu" / "__init__.py").write_text("from . import _C  # noqa: F401\n")
+    (root / name / "relu" / "csrc" / "relu.cu").write_text(STOCK_BINDING)
+    (root / name / "kernels.toml").write_text(
+        '[relu]\nabi = "stable"\nsources = ["csrc/relu.cu"]\n'
+    )
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "0.1.0"\n\n[tool.kernelpack]\narch = ["9.0a"]\n'
+    )
+    _build(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def stock_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two packages whose `relu` libraries both register `torch.ops._C` (built for real)."""
+    base = tmp_path_factory.mktemp("stock")
+    return _stock_package(base / "one", "kpcone"), _stock_package(base / "two", "kpctwo")
+
+
+def test_a_library_registering_in_another_namespace_is_load_failed_naming_it(
+    stock_pair: tuple[Path, Path],
+) -> None:
+    one, _ = stock_pair
+    result = ask(one, "kpcone", ("relu",))
+    assert result["relu"] is not None
+    code, message = result["relu"]
+    assert code == "load-failed"
+    assert message.startswith(
+        "kpcone.relu: its library registered its ops in torch.ops._C (_C::relu), not in "
+        "torch.ops.kpcone_relu, the namespace the build record names"
+    )
+
+
+def test_importing_two_stock_libraries_directly_aborts_the_process(
+    stock_pair: tuple[Path, Path],
+) -> None:
+    # What the registry prevents: both libraries own `_C`; the second one's static
+    # initialiser throws during dlopen.
+    environ = _clean_env(PYTHONPATH=os.pathsep.join([*(str(p) for p in stock_pair), str(SRC)]))
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch, kpcone.relu, kpctwo.relu"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode < 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["namespace-recorded", "none-recorded"])
+def test_a_second_owner_of_the_c_namespace_is_a_collision_before_it_loads(
+    stock_pair: tuple[Path, Path], tmp_path: Path, recorded: bool
+) -> None:
+    one, two = stock_pair
+    if not recorded:
+        copy = tmp_path / "two"
+        shutil.copytree(two, copy, symlinks=True)
+        path = copy / "kpctwo" / "_kernelpack.json"
+        data = json.loads(path.read_text())
+        data["kernels"]["relu"]["namespace"] = None
+        path.write_text(json.dumps(data))
+        two = copy
+    code = FAKE_H200.format(driver="13.0", name="NVIDIA H200") + textwrap.dedent(
+        """
+        import json, sys
+        from kernelpack_runtime import Registry
+        first = Registry("kpcone").unavailable_reason("relu")
+        second = Registry("kpctwo").unavailable_reason("relu")
+        print(json.dumps({"first": first.code, "second": [second.code, second.message],
+                          "loaded": "kpctwo.relu._C" in sys.modules}))
+        """
+    )
+    result = python(code, one, two)
+    assert result["first"] == "load-failed"
+    assert result["loaded"] is False
+    code_, message = result["second"]
+    assert code_ == "namespace-collision"
+    assert message.startswith("torch.ops._C already holds _C::relu from another library")

@@ -278,7 +278,7 @@ def test_wheel_record_lists_every_file(classic_wheel: Path) -> None:
 def test_record_in_wheel_is_the_build_record(classic_wheel: Path) -> None:
     with zipfile.ZipFile(classic_wheel) as zf:
         data = json.loads(zf.read("kpdemo/_kernelpack.json"))
-    assert data["schema"] == 1
+    assert data["schema"] == 2
     assert data["version"] == _metadata_version(classic_wheel)
     assert set(data["kernels"]) == {"scale", "addone"}
 

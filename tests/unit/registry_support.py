@@ -1,17 +1,29 @@
-"""Tiny kernel packages with hand-written build records, for the runtime's unit tests.
+"""Tiny kernel packages with build records made of `kernelpack_runtime.record`'s types.
 
-A built kernel's `_C` is a Python module here (the record names `<kernel>/_C.py`), so loading
-works without a compiler; tests that need a real dlopen error write a broken `_C*.so`.
+A built kernel's `_C` is a Python module here (the record names `<kernel>/_C.py`) that
+registers one op, `noop`, in the kernel's namespace, as a real library's static initialiser
+would; so loading works without a compiler. Tests that need a real dlopen error write a broken
+`_C*.so`. `tests/unit/test_record.py` alone pins the record's JSON wire format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kernelpack_runtime import TorchFacts
+from kernelpack_runtime.reason import Reason
+from kernelpack_runtime.record import (
+    FILENAME,
+    BuildRecord,
+    BuiltKernel,
+    KernelRecord,
+    SkippedKernel,
+    ToolchainRecord,
+)
 
 TORCH_2141_CU130 = TorchFacts(version="2.14.1+cu130", cuda="13.0")
 
@@ -20,6 +32,13 @@ _counter = itertools.count()
 INIT = """\
 from kernelpack_runtime import Registry
 status, is_available, unavailable_reason, load = Registry(__name__).api()
+"""
+
+#: What a library's static initialiser does: register the kernel's ops in its namespace.
+REGISTER = """\
+import torch
+_library = torch.library.Library({namespace!r}, "FRAGMENT")
+_library.define("noop(Tensor x) -> Tensor")
 """
 
 
@@ -38,67 +57,74 @@ def built(
     stable_target: str | None = None,
     library: str | None = None,
     namespace: str | None = None,
-) -> dict[str, Any]:
+) -> BuiltKernel:
     """A built kernel's record entry."""
-    return {
-        "status": "built",
-        "abi": abi,
-        "stable_target": stable_target if abi != "stable" else (stable_target or "2.10"),
-        "archs": list(archs),
-        "ptx": ptx,
-        "library": library or f"{name}/_C.py",
-        "sources_sha256": "00" * 32,
-        "namespace": namespace or f"{package}_{name}",
-    }
+    return BuiltKernel(
+        abi="stable" if abi == "stable" else "torch",
+        stable_target=stable_target if abi != "stable" else (stable_target or "2.10"),
+        archs=archs,
+        ptx=ptx,
+        library=library or f"{name}/_C.py",
+        sources_sha256="00" * 32,
+        namespace=namespace or f"{package}_{name}",
+    )
 
 
-def skipped(code: str, message: str) -> dict[str, Any]:
+def skipped(code: str, message: str) -> SkippedKernel:
     """A skipped kernel's record entry."""
-    return {"status": "skipped", "reason": {"code": code, "message": message}}
+    return SkippedKernel(reason=Reason(code, message))
 
 
-def toolchain(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "nvcc": "13.0.88",
-        "cuda": "13.0",
-        "torch": "2.14.1",
-        "torch_cuda": "13.0",
-        "cxx11_abi": True,
-        "python": "3.11",
-        "machine": "x86_64",
-    }
-    data.update(overrides)
-    return data
+def toolchain(**overrides: Any) -> ToolchainRecord:
+    """The toolchain of a CUDA 13.0 / torch 2.14.1 build, with `overrides`."""
+    return dataclasses.replace(
+        ToolchainRecord("13.0.88", "13.0", "2.14.1", "13.0", True, "3.11", "x86_64"), **overrides
+    )
+
+
+def build_record(
+    package: str,
+    kernels: Mapping[str, KernelRecord],
+    *,
+    tool: ToolchainRecord | None = None,
+    env_prefix: str = "",
+) -> BuildRecord:
+    """The build record of `package`."""
+    return BuildRecord(
+        package=package,
+        version="0.1.0+cu130torch2.14.1",
+        toolchain=tool or toolchain(),
+        kernels=dict(kernels),
+        env_prefix=env_prefix,
+    )
 
 
 def make_package(
     root: Path,
     package: str,
-    kernels: dict[str, dict[str, Any]],
+    kernels: Mapping[str, KernelRecord],
     *,
-    tool: dict[str, Any] | None = None,
+    tool: ToolchainRecord | None = None,
     kernel_init: str = "from . import _C\n",
-    c_module: str = "OPS = ['noop']\n",
+    c_module: str = "",
     record: bool = True,
+    env_prefix: str = "",
 ) -> Path:
-    """Write `root/package` with its build record and one folder per built kernel."""
+    """Write `root/package` with its build record and one folder per built kernel.
+
+    Each Python `_C` registers `noop` in the kernel's namespace, then runs `c_module`.
+    """
     folder = root / package
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text(INIT)
     if record:
-        data = {
-            "schema": 1,
-            "package": package,
-            "version": "0.1.0+cu130torch2.14.1",
-            "toolchain": tool or toolchain(),
-            "kernels": kernels,
-        }
-        (folder / "_kernelpack.json").write_text(json.dumps(data, indent=2))
+        build_record(package, kernels, tool=tool, env_prefix=env_prefix).write(folder / FILENAME)
     for name, entry in kernels.items():
-        if entry["status"] != "built":
+        if not isinstance(entry, BuiltKernel):
             continue
         (folder / name).mkdir()
         (folder / name / "__init__.py").write_text(kernel_init)
-        if str(entry["library"]).endswith(".py"):
-            (folder / entry["library"]).write_text(c_module)
+        if entry.library.endswith(".py"):
+            register = REGISTER.format(namespace=entry.namespace) if entry.namespace else ""
+            (folder / entry.library).write_text(register + c_module)
     return folder

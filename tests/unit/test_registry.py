@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import shutil
 import subprocess
@@ -31,6 +31,7 @@ from kernelpack_runtime import (
 )
 from kernelpack_runtime.checks import CHECKS
 from kernelpack_runtime.reason import RUNTIME_CODES, Reason
+from kernelpack_runtime.record import BuildRecord
 from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 
 H200 = fake_probe("9.0", driver_cuda="13.0")
@@ -123,7 +124,7 @@ def test_load_is_idempotent(root: Path) -> None:
 def test_checks_are_declared_in_the_documented_order() -> None:
     names = [check.__name__.strip("_").replace("_", "-") for check in CHECKS]
     assert names == list(RUNTIME_CODES[: len(names)])
-    assert RUNTIME_CODES[len(names) :] == ("load-failed", "namespace-collision")
+    assert RUNTIME_CODES[len(names) :] == ("load-failed", "namespace-collision", "record-invalid")
 
 
 # -- not-built ----------------------------------------------------------------------------------
@@ -520,10 +521,10 @@ def test_kernels_sharing_a_namespace_in_one_package_do_not_collide(root: Path) -
     (root / package / "b").mkdir()
     (root / package / "b" / "__init__.py").write_text(init.format(ns=namespace, op="b_op"))
     (root / package / "b" / "_C.py").write_text("")
-    record = root / package / "_kernelpack.json"
-    data = json.loads(record.read_text())
-    data["kernels"]["b"] = built("b", package, namespace=namespace)
-    record.write_text(json.dumps(data))
+    path = root / package / "_kernelpack.json"
+    record = BuildRecord.read(path)
+    kernels = {**record.kernels, "b": built("b", package, namespace=namespace)}
+    dataclasses.replace(record, kernels=kernels).write(path)
     reg = registry(package)
     assert reg.is_available("a")
     assert reg.is_available("b")

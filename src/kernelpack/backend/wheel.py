@@ -45,6 +45,7 @@ from kernelpack.builder.engine import BuildResult
 from kernelpack.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project import Project
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
+from kernelpack_runtime.record import BuiltKernel
 
 __all__ = [
     "dist_info_name",
@@ -212,7 +213,8 @@ def write_wheel(
         ]
         members += list(generated.items())
         for kernel, staged in result.libraries.items():
-            library = result.record.kernels[kernel].library or f"{kernel}/{staged.name}"
+            entry = result.record.kernels[kernel]
+            library = entry.library if isinstance(entry, BuiltKernel) else f"{kernel}/{staged.name}"
             members.append((f"{package}/{library}", staged))
         members.append((f"{package}/{RECORD_FILENAME}", result.record.dumps().encode("utf-8")))
         found = platform_tag(list(result.libraries.values()))

@@ -37,9 +37,17 @@ from kernelpack.filekinds import is_header
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
-from kernelpack_runtime.record import BuildRecord, KernelRecord, SelectionRecord, ToolchainRecord
+from kernelpack_runtime.record import (
+    BuildRecord,
+    BuiltKernel,
+    KernelRecord,
+    SelectionRecord,
+    SkippedKernel,
+    ToolchainRecord,
+)
 
 if TYPE_CHECKING:
+    from kernelpack.manifest import KernelSpec
     from kernelpack.project import Project
 
 __all__ = [
@@ -80,6 +88,9 @@ class BuildOptions:
     """Where progress and compiler output go (default stderr)."""
     environ: Mapping[str, str] | None = None
     output: Output = "normal"
+    env_prefix: str = ""
+    """The package's env-var prefix (`[tool.kernelpack] env-prefix`), stored in the record so
+    that `<PREFIX>_DISABLE` works at run time; empty: the package name upper-cased."""
 
 
 @dataclass(frozen=True)
@@ -121,14 +132,14 @@ def library_path(kernel: KernelPlan, package_dir: Path) -> str:
     return (folder / library_name(kernel)).as_posix()
 
 
-def sources_sha256(kernel: KernelPlan, package_dir: Path) -> str:
+def sources_sha256(spec: KernelSpec, package_dir: Path) -> str:
     """SHA-256 over the kernel's sources and the headers in its folder and include dirs.
 
     Each file contributes its path relative to the package (`../../csrc/x.cu` for a source
     outside it, as in a `build.toml` project) and its bytes, so the digest is the same in
-    every clone.
+    every clone. Recorded per built kernel; `kernelpack status` compares it with the
+    sources of an in-place build to say when they changed since.
     """
-    spec = kernel.spec
     files = set(spec.sources)
     for folder in (spec.folder, *spec.include_dirs):
         if folder.is_dir():
@@ -242,6 +253,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             toolchain=_toolchain_record(plan),
             kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
             selection=_selection_record(plan, cap, environ),
+            env_prefix=options.env_prefix,
         )
     return BuildResult(
         plan=plan,
@@ -357,6 +369,7 @@ def build_project(
         stream=stream,
         environ=env,
         output=output,
+        env_prefix=project.env_prefix,
     )
     return compile_plan(plan_project(project, env, kernels=kernels, require=require), options)
 
@@ -403,18 +416,17 @@ def _install(result: BuildResult) -> list[Path]:
 def _kernel_record(kernel: KernelPlan, package_dir: Path) -> KernelRecord:
     spec = kernel.spec
     if kernel.skip is not None:
-        return KernelRecord(status="skipped", reason=kernel.skip, namespace=spec.ops)
+        return SkippedKernel(reason=kernel.skip, namespace=spec.ops)
     stable = spec.abi == "stable"
-    return KernelRecord(
-        status="built",
-        abi=spec.abi,
+    return BuiltKernel(
+        abi="stable" if stable else "torch",
         stable_target=(
             f"{spec.stable_target.major}.{spec.stable_target.minor}" if stable else None
         ),
         archs=tuple(str(a) for a in kernel.archs),
         ptx=spec.ptx,
         library=library_path(kernel, package_dir),
-        sources_sha256=sources_sha256(kernel, package_dir),
+        sources_sha256=sources_sha256(spec, package_dir),
         namespace=spec.ops,
     )
 

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kernelpack_runtime.record import BuiltKernel
+
 if TYPE_CHECKING:
     from kernelpack.builder.engine import BuildResult
 
@@ -99,11 +101,10 @@ def print_summary(result: BuildResult, console: Console, wheel: Path | None = No
     kernels.add_column("status")
     kernels.add_column("abi / archs / reason")
     for name, record in result.record.kernels.items():
-        if record.built:
+        if isinstance(record, BuiltKernel):
             detail = f"{record.abi}  {' '.join(record.archs)}  {record.library}"
             kernels.add_row(name, "[green]built[/]", detail)
         else:
-            assert record.reason is not None
             reason = f"{record.reason.code}: {record.reason.message}"
             kernels.add_row(name, "[yellow]skipped[/]", reason)
     print_table(console, kernels)

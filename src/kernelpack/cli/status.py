@@ -1,7 +1,13 @@
-"""`kernelpack status PKG [--json]`: which kernels of an installed package are usable here.
+"""`kernelpack status PKG|PATH [--json] [--require]`: which kernels of a package are usable here.
 
-PKG is an importable package name, or a package folder (its parent is put on `sys.path`).
-Nothing is built or compiled: this is the registry's view of the build record on this machine.
+PKG is an importable package name, a package folder, a `kernels.toml`, or the project folder
+that `build` and `check` accept (see `kernelpack.project.locate_package`). Nothing is built or
+compiled: this is the registry's view of the build record on this machine. For an in-place
+build (the package folder holds its `kernels.toml`), each built kernel's recorded
+`sources_sha256` is compared with its sources now, and a kernel edited since is flagged.
+
+Exit 0 with a report; 1 when the package has no usable build record, or, under `--require`,
+when any kernel is unavailable; 2 for a PKG that names no package.
 """
 
 from __future__ import annotations
@@ -13,13 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.project import MANIFEST_NAME, PACKAGE_HELP, locate, locate_package
+from kernelpack_runtime.record import BuildRecord, BuiltKernel
 from kernelpack_runtime.registry import registry_for
 from kernelpack_runtime.status import PackageStatus
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["register", "run", "table"]
+__all__ = ["register", "run", "sources_changed", "table"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,40 +35,75 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "status",
         help="which kernels of a package are usable on this machine, and why not",
-        description="Show the run-time status of every kernel of an installed package.",
+        description="Show the run-time status of every kernel of a built package.",
     )
-    parser.add_argument("package", metavar="PKG", help="a package name or a package folder")
+    parser.add_argument("package", metavar="PKG|PATH", help=PACKAGE_HELP)
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument(
+        "--require", action="store_true", help="exit 1 when any kernel is unavailable"
+    )
     parser.set_defaults(func=run)
 
 
-def _package_name(text: str) -> str:
-    folder = Path(text)
-    if folder.is_dir() and (folder / "__init__.py").is_file():
-        sys.path.insert(0, str(folder.resolve().parent))
-        return folder.resolve().name
-    if not all(part.isidentifier() for part in text.split(".")):
-        raise UsageError(f"{text}: not a package name, nor a package folder")
-    return text
+def sources_changed(record: BuildRecord, package_dir: Path) -> dict[str, bool]:
+    """Built kernel -> whether its sources differ from those it was built from.
+
+    Only for a package folder holding its `kernels.toml` (an in-place build); empty otherwise,
+    or when the manifest cannot be read (`kernelpack check` says why).
+    """
+    if not (package_dir / MANIFEST_NAME).is_file():
+        return {}
+    from kernelpack.builder.engine import sources_sha256
+
+    try:
+        manifest = locate(package_dir / MANIFEST_NAME).load_manifest(allow_missing_sources=True)
+        specs = {spec.name: spec for spec in manifest.kernels}
+        changed = {}
+        for name, entry in record.kernels.items():
+            spec = specs.get(name)
+            if isinstance(entry, BuiltKernel) and entry.sources_sha256 and spec is not None:
+                changed[name] = sources_sha256(spec, package_dir) != entry.sources_sha256
+        return changed
+    except (KernelpackError, OSError):
+        return {}
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the status table (or JSON); exit 2 for an unknown package, 1 without a record."""
-    package = _package_name(args.package)
+    """Print the status table (or JSON); exit codes as in the module docstring."""
+    package = locate_package(args.package)
     registry = registry_for(package)
-    if registry.location is None:
+    location = registry.location
+    if location is None:
         raise UsageError(f"{package}: no such package for {sys.executable}")
-    if registry.record is None:
+    record = registry.record
+    if record is None and not registry.record_invalid:
         raise KernelpackError(registry.record_problem or f"{package}: no build record")
     report = PackageStatus.of(registry)
+    changed = sources_changed(record, location) if record is not None else {}
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
+        data = report.to_json()
+        for name, edited in changed.items():
+            data["kernels"][name]["sources_changed"] = edited
+        print(json.dumps(data, indent=2))
+    elif report.kernels:
         from kernelpack.cli import _render
         from kernelpack_runtime.device import default_probe
 
         caption = f"device {default_probe().describe()}"
         _render.print_table(_render.console(), table(report, caption=caption))
+    for name in (name for name, edited in changed.items() if edited):
+        print(
+            f"kernelpack status: {name}: sources changed since this in-place build; "
+            "rebuild with `kernelpack build --inplace`",
+            file=sys.stderr,
+        )
+    if registry.record_invalid:
+        print(f"kernelpack status: error: {registry.record_problem}", file=sys.stderr)
+        return 1
+    if args.require and not all(kernel.available for kernel in report.kernels):
+        unavailable = ", ".join(k.name for k in report.kernels if not k.available)
+        print(f"kernelpack status: unavailable under --require: {unavailable}", file=sys.stderr)
+        return 1
     return 0
 
 

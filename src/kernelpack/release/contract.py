@@ -13,7 +13,6 @@ ops needs no GPU, so a CPU machine with a CUDA torch reads the contract of a CUD
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -24,8 +23,10 @@ from types import ModuleType
 from typing import Any
 
 from kernelpack.errors import UsageError
+from kernelpack.project import locate_package
 from kernelpack_runtime._files import write_text_atomic
-from kernelpack_runtime.record import FILENAME, BuildRecord
+from kernelpack_runtime.record import BuildRecord, SkippedKernel
+from kernelpack_runtime.registry import registry_for
 
 __all__ = [
     "SCHEMA",
@@ -133,33 +134,18 @@ class Contract:
 
 
 def resolve_package(text: str) -> str:
-    """The import name PKG names: a package name, or a package folder (its parent is put on
-    `sys.path`); `UsageError` otherwise."""
-    folder = Path(text)
-    if folder.is_dir() and (folder / "__init__.py").is_file():
-        parent = str(folder.resolve().parent)
-        if parent not in sys.path:
-            sys.path.insert(0, parent)
-        return folder.resolve().name
-    if not all(part.isidentifier() for part in text.split(".")):
-        raise UsageError(f"{text}: not a package name, nor a package folder")
-    return text
+    """The import name PKG names (see `kernelpack.project.locate_package`)."""
+    return locate_package(text)
 
 
 def _record(package: str) -> BuildRecord:
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    registry = registry_for(package)
+    if registry.location is None:
         raise UsageError(f"{package}: no such package for {sys.executable}")
-    path = Path(next(iter(spec.submodule_search_locations))) / FILENAME
-    if not path.is_file():
-        raise UsageError(f"{package}: no build record ({path}); build or install it first")
-    try:
-        return BuildRecord.read(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: {exc}") from None
+    record = registry.record
+    if record is None:
+        raise UsageError(registry.record_problem or f"{package}: no build record")
+    return record
 
 
 def collect(package: str) -> Contract:
@@ -169,22 +155,22 @@ def collect(package: str) -> Contract:
     """
     record = _record(package)
     kernels = {}
-    for name, spec in record.kernels.items():
-        if not spec.built:
-            why = spec.reason.message if spec.reason is not None else "skipped"
-            kernels[name] = KernelContract(namespace=spec.namespace, error=f"not built: {why}")
+    for name, entry in record.kernels.items():
+        if isinstance(entry, SkippedKernel):
+            why = entry.reason.message
+            kernels[name] = KernelContract(namespace=entry.namespace, error=f"not built: {why}")
             continue
         try:
             module = importlib.import_module(f"{package}.{name}")
         except Exception as exc:
             message = " ".join(f"{type(exc).__name__}: {exc}".split())
-            kernels[name] = KernelContract(namespace=spec.namespace, error=message)
+            kernels[name] = KernelContract(namespace=entry.namespace, error=message)
             continue
         kernels[name] = KernelContract(
-            namespace=spec.namespace,
+            namespace=entry.namespace,
             constants=_constants(module),
             functions=_functions(module),
-            ops=_ops(spec.namespace) if spec.namespace else {},
+            ops=_ops(entry.namespace) if entry.namespace else {},
         )
     return Contract(package=record.package, version=record.version, kernels=kernels)
 

@@ -29,7 +29,17 @@ from typing import Literal
 __all__ = ["ElfLibrary", "Registration", "inspect_library"]
 
 _MAGIC = b"\x7fELF"
-_PT_LOAD = 1
+_ET_DYN = 3
+_PT_LOAD, _PT_DYNAMIC, _PT_TLS = 1, 2, 7
+_PT_GNU_STACK, _PT_GNU_RELRO = 0x6474E551, 0x6474E552
+_PF_X, _PF_R = 1, 4
+#: `os.uname().machine` -> (e_machine, 64-bit, byte order) of the libraries it loads.
+_HOST_MACHINES = {
+    "x86_64": (62, True, "<"),
+    "aarch64": (183, True, "<"),
+    "ppc64le": (21, True, "<"),
+    "s390x": (22, True, ">"),
+}
 _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 #: String tables larger than this are not read for registrations (no real kernel library
 #: comes near; the bound keeps a hostile file from costing a long read).
@@ -95,46 +105,158 @@ def inspect_library(path: Path) -> ElfLibrary | None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class _Segment:
+    kind: int
+    flags: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+    align: int
+
+
 def _inspect(file: _Reader) -> ElfLibrary | None:
     ident = os.pread(file.fd, 16, 0)
     if ident[:4] != _MAGIC:
         return None
     if len(ident) < 16:
         return ElfLibrary(file.size, _truncated(file.size, 16), None)
-    if ident[4] not in (1, 2) or ident[5] not in (1, 2):
-        return ElfLibrary(file.size, "its ELF header is invalid (class or byte order)", None)
+    if ident[4] not in (1, 2) or ident[5] not in (1, 2) or ident[6] != 1:
+        return _invalid(file, "class, byte order or version")
     wide, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
     header_size = 64 if wide else 52
     header = file.read(0, header_size)
     if header is None:
         return ElfLibrary(file.size, _truncated(file.size, header_size), None)
+    kind, machine, version = struct.unpack_from(f"{order}HHI", header, 16)
     if wide:
         phoff, shoff = struct.unpack_from(f"{order}QQ", header, 32)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 54)
+        ehsize, phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHHH", header, 52)
     else:
         phoff, shoff = struct.unpack_from(f"{order}II", header, 28)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHH", header, 42)
+        ehsize, phentsize, phnum, shentsize, shnum = struct.unpack_from(f"{order}HHHHH", header, 40)
+    if kind != _ET_DYN or version != 1 or ehsize != header_size:
+        return _invalid(file, "not a shared library")
+    host = _HOST_MACHINES.get(os.uname().machine)
+    if host is not None and (machine, wide, order) != host:
+        return _invalid(file, f"built for another machine (e_machine {machine})")
     ph_size, sh_size = (56, 64) if wide else (32, 40)
-    if (phnum and phentsize != ph_size) or (shnum and shentsize != sh_size):
-        return ElfLibrary(file.size, "its ELF header is invalid (table entry sizes)", None)
+    if phentsize != ph_size or not phnum or (shnum and shentsize != sh_size):
+        return _invalid(file, "table entry sizes")
     needed = max(phoff + ph_size * phnum, shoff + sh_size * shnum, header_size)
     if file.size < needed:
         return ElfLibrary(file.size, _truncated(file.size, needed), None)
-    table = file.read(phoff, ph_size * phnum) or b""
-    for at in range(0, len(table), ph_size):
-        if struct.unpack_from(f"{order}I", table, at)[0] != _PT_LOAD:
-            continue
-        if wide:
-            (offset,) = struct.unpack_from(f"{order}Q", table, at + 8)
-            (filesz,) = struct.unpack_from(f"{order}Q", table, at + 32)
-        else:
-            (offset,) = struct.unpack_from(f"{order}I", table, at + 4)
-            (filesz,) = struct.unpack_from(f"{order}I", table, at + 16)
-        needed = max(needed, offset + filesz)
+    segments = _segments(file.read(phoff, ph_size * phnum) or b"", wide, order)
+    for segment in segments:
+        if segment.kind == _PT_LOAD:
+            needed = max(needed, segment.offset + segment.filesz)
     if file.size < needed:
         return ElfLibrary(file.size, _truncated(file.size, needed), None)
+    problem = _segments_problem(segments) or _dynamic_problem(file, segments, wide, order)
+    if problem is not None:
+        return _invalid(file, problem)
     sections = file.read(shoff, sh_size * shnum) or b""
     return ElfLibrary(file.size, None, _registrations(file, sections, wide, order))
+
+
+def _invalid(file: _Reader, what: str) -> ElfLibrary:
+    return ElfLibrary(file.size, f"is not a valid ELF shared library ({what})", None)
+
+
+def _segments(table: bytes, wide: bool, order: str) -> list[_Segment]:
+    found = []
+    if wide:
+        for at in range(0, len(table), 56):
+            kind, flags, offset, vaddr, _, filesz, memsz, align = struct.unpack_from(
+                f"{order}IIQQQQQQ", table, at
+            )
+            found.append(_Segment(kind, flags, offset, vaddr, filesz, memsz, align))
+    else:
+        for at in range(0, len(table), 32):
+            kind, offset, vaddr, _, filesz, memsz, flags, align = struct.unpack_from(
+                f"{order}IIIIIIII", table, at
+            )
+            found.append(_Segment(kind, flags, offset, vaddr, filesz, memsz, align))
+    return found
+
+
+def _segments_problem(segments: list[_Segment]) -> str | None:
+    """What the dynamic loader would trust blindly in the program headers, checked first:
+    dlopen maps what they say and runs the initialisers found through them."""
+    loads = [s for s in segments if s.kind == _PT_LOAD]
+    if not loads:
+        return "no loadable segment"
+    for segment in segments:
+        if segment.kind > _PT_TLS and not 0x60000000 <= segment.kind <= 0x7FFFFFFF:
+            return f"unknown segment type {segment.kind:#x}"
+    previous_end, previous_file_end = -1, 0
+    for load in loads:
+        aligned = load.align & (load.align - 1) == 0
+        if load.flags & ~0x7 or not load.flags & _PF_R:
+            return "segment flags"
+        if load.filesz > load.memsz or not aligned:
+            return "segment sizes"
+        if load.align > 1 and (load.vaddr - load.offset) % load.align:
+            return "segment alignment"
+        if load.vaddr < previous_end or (load.filesz and load.offset < previous_file_end):
+            return "segments out of order"
+        previous_end = load.vaddr + load.memsz
+        previous_file_end = max(previous_file_end, load.offset + load.filesz)
+    if not any(load.flags & _PF_X for load in loads):
+        return "no executable segment"
+    dynamics = [s for s in segments if s.kind == _PT_DYNAMIC]
+    if len(dynamics) != 1 or _load_holding(loads, dynamics[0]) is None:
+        return "dynamic segment"
+    for part in segments:
+        # What the loader maps, protects (RELRO) or reads through addresses must lie in
+        # the mapped image; the stack segment (flags only) and empty ones hold nothing.
+        size = part.memsz if part.kind == _PT_GNU_RELRO else part.filesz
+        if part.kind in (_PT_LOAD, _PT_GNU_STACK) or not size:
+            continue
+        if not any(
+            load.vaddr <= part.vaddr and part.vaddr + size <= load.vaddr + load.memsz
+            for load in loads
+        ):
+            return f"segment {part.kind:#x} outside the loaded image"
+    return None
+
+
+def _load_holding(loads: list[_Segment], part: _Segment) -> _Segment | None:
+    """The loadable segment whose file bytes and addresses both hold `part`."""
+    for load in loads:
+        if (
+            load.offset <= part.offset
+            and part.offset + part.filesz <= load.offset + load.filesz
+            and part.vaddr - load.vaddr == part.offset - load.offset
+        ):
+            return load
+    return None
+
+
+#: Dynamic tags whose value is an address in the mapped image (symbol and string tables,
+#: hash tables, relocations, initialisers, version tables).
+_ADDRESS_TAGS = frozenset({3, 4, 5, 6, 7, 12, 13, 17, 23, 25, 26, 0x6FFFFEF5, 0x6FFFFFF0})
+_DT_INIT = 12
+
+
+def _dynamic_problem(file: _Reader, segments: list[_Segment], wide: bool, order: str) -> str | None:
+    """The dynamic section must end, and its addresses point into the loadable segments."""
+    loads = [s for s in segments if s.kind == _PT_LOAD]
+    (dynamic,) = (s for s in segments if s.kind == _PT_DYNAMIC)
+    data = file.read(dynamic.offset, dynamic.filesz) or b""
+    entry, layout = (16, f"{order}qQ") if wide else (8, f"{order}iI")
+    for at in range(0, len(data) - entry + 1, entry):
+        tag, value = struct.unpack_from(layout, data, at)
+        if tag == 0:
+            return None
+        if tag in _ADDRESS_TAGS and not any(
+            load.vaddr <= value < load.vaddr + load.memsz
+            and (tag != _DT_INIT or load.flags & _PF_X)
+            for load in loads
+        ):
+            return f"dynamic entry {tag:#x} points outside the library"
+    return "unterminated dynamic section"
 
 
 def _truncated(size: int, needed: int) -> str:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernelpack_runtime.record import BuiltKernel
+from kernelpack_runtime.record import BuiltKernel, SkippedKernel
 
 if TYPE_CHECKING:
     from kernelpack.builder.engine import BuildResult
@@ -79,7 +79,7 @@ def outcome(result: BuildResult, wheel: Path | None = None) -> str:
     skipped = [
         f"{name} ({record.reason.code})"
         for name, record in result.record.kernels.items()
-        if not record.built and record.reason is not None
+        if isinstance(record, SkippedKernel)
     ]
     if not built:
         why = f"skipped {', '.join(skipped)}" if skipped else "the manifest declares none"

@@ -111,6 +111,13 @@ def test_schema_1_is_still_read_with_the_default_env_prefix() -> None:
     assert isinstance(record.kernels["rmsnorm"], BuiltKernel)
 
 
+def test_a_library_in_the_package_itself_is_read() -> None:
+    # A kernel-builder project's one library lies beside its `_ops.py`.
+    data = _broken(["kernels", "rmsnorm", "library"], "_relu_1a2b3c4.abi3.so")
+    built = BuildRecord.from_json(data).kernels["rmsnorm"]
+    assert isinstance(built, BuiltKernel) and built.library == "_relu_1a2b3c4.abi3.so"
+
+
 def test_a_custom_env_prefix_is_kept() -> None:
     record = BuildRecord.from_json({**SCHEMA_2, "env_prefix": "OPS"})
     assert record.env_prefix == "OPS"
@@ -179,13 +186,18 @@ def _broken(path: list[str], value: object) -> dict[str, Any]:
         ),
         pytest.param(
             _broken(["kernels", "rmsnorm", "library"], "../../etc/x.so"),
-            "kernels.rmsnorm.library: '../../etc/x.so' is not a path inside the kernel's folder",
+            "kernels.rmsnorm.library: '../../etc/x.so' is not a library path inside the package",
             id="library-escapes",
         ),
         pytest.param(
             _broken(["kernels", "rmsnorm", "library"], "/usr/lib/x.so"),
-            "kernels.rmsnorm.library: '/usr/lib/x.so' is not a path inside the kernel's folder",
+            "kernels.rmsnorm.library: '/usr/lib/x.so' is not a library path inside the package",
             id="library-absolute",
+        ),
+        pytest.param(
+            _broken(["kernels", "rmsnorm", "library"], "rmsnorm/lib-x.so"),
+            "kernels.rmsnorm.library: 'rmsnorm/lib-x.so' is not a library path inside the package",
+            id="library-not-a-module",
         ),
         pytest.param(
             _broken(["kernels", "rmsnorm", "archs"], "9.0a"),

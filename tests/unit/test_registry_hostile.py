@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import TORCH_2141_CU130, built, make_package, skipped, unique_name
+from registry_support import (
+    TORCH_2141_CU130,
+    build_record,
+    built,
+    make_package,
+    skipped,
+    unique_name,
+)
 
 from kernelpack_runtime import Registry
 from kernelpack_runtime.reason import Reason
@@ -306,3 +313,23 @@ def test_a_namespace_the_library_symbols_claim_is_checked_before_the_load(
     if recorded:
         assert f"own namespace (torch.ops.{namespace})" in reason.message
     assert f"{package}.k" not in sys.modules
+
+
+def test_a_library_in_the_package_itself_loads_through_its_kernel_module(root: Path) -> None:
+    # kernel-builder's layout: kernel `_ops` is `_ops.py`, which imports the package's one
+    # library `_relu_1a2b3c4`, whose ops live in the namespace of the same name.
+    pytest.importorskip("torch")
+    package = unique_name()
+    namespace = f"_relu_{package}"
+    kernel = built("_ops", package, library=f"{namespace}.py", namespace=namespace)
+    make_package(root, package, {}, record=False)
+    build_record(package, {"_ops": kernel}).write(root / package / "_kernelpack.json")
+    (root / package / "_ops.py").write_text(f"from . import {namespace}\n")
+    (root / package / f"{namespace}.py").write_text(
+        "import torch\n"
+        f"_lib = torch.library.Library({namespace!r}, 'DEF')\n"
+        "_lib.define('relu(Tensor x) -> Tensor')\n"
+    )
+    reg = registry(package)
+    assert reg.unavailable_reason("_ops") is None
+    assert reg.load("_ops").__name__ == f"{package}._ops"

@@ -21,6 +21,7 @@ from kernelpack_runtime.record import (
     BuildRecord,
     BuiltKernel,
     InvalidRecord,
+    SelectionRecord,
     SkippedKernel,
     ToolchainRecord,
 )
@@ -116,6 +117,19 @@ def test_a_library_in_the_package_itself_is_read() -> None:
     data = _broken(["kernels", "rmsnorm", "library"], "_relu_1a2b3c4.abi3.so")
     built = BuildRecord.from_json(data).kernels["rmsnorm"]
     assert isinstance(built, BuiltKernel) and built.library == "_relu_1a2b3c4.abi3.so"
+
+
+def test_the_optional_selection_round_trips() -> None:
+    selection = {
+        "max_jobs": 1,
+        "torch_cuda_arch_list": "9.0a",
+        "kernelpack_arch": "native",
+        "native": ["9.0"],
+    }
+    data = {**SCHEMA_2, "selection": selection}
+    record = BuildRecord.from_json(data)
+    assert record.selection == SelectionRecord(1, "9.0a", "native", ("9.0",))
+    assert record.to_json() == data
 
 
 def test_a_custom_env_prefix_is_kept() -> None:
@@ -242,6 +256,11 @@ def _broken(path: list[str], value: object) -> dict[str, Any]:
             id="namespace",
         ),
         pytest.param(["ab"], "the record: expected an object, got a list", id="top-list"),
+        pytest.param(
+            {**SCHEMA_2, "selection": {"max_jobs": "8"}},
+            "selection.max_jobs: expected an integer or null, got a string",
+            id="selection",
+        ),
     ],
 )
 def test_wrongly_typed_records_are_invalid_with_the_key_path(data: object, message: str) -> None:

@@ -31,6 +31,7 @@ from kernelpack.builder.ninja import ninja_binary
 from kernelpack.errors import KernelpackError
 from kernelpack.project import Project, locate
 from kernelpack_runtime._files import write_text_atomic
+from kernelpack_runtime.record import BuiltKernel
 
 __all__ = [
     "Snapshot",
@@ -158,9 +159,9 @@ def write_stamp(project: Project, result: BuildResult, before: Snapshot) -> None
     for kernel in result.plan.kernels:
         folders.add(kernel.spec.folder)
         folders.update(source.parent for source in kernel.spec.sources)
-        library = result.record.kernels[kernel.name].library
-        if library is not None:
-            paths.append(package_dir / library)
+        entry = result.record.kernels[kernel.name]
+        if isinstance(entry, BuiltKernel):
+            paths.append(package_dir / entry.library)
     stamp = {
         "files": {**before, **snapshot([*paths, *sorted(folders)])},
         "graph": bool(result.plan.to_build),

@@ -71,10 +71,6 @@ class CoreMetadata:
     license_files: tuple[tuple[Path, str], ...]
     """(file, path relative to the project root) of every license file, sorted."""
 
-    @property
-    def version(self) -> str:
-        return str(self.standard.version)
-
     def text(self) -> str:
         """The METADATA / PKG-INFO text."""
         return str(self.standard.as_rfc822())

@@ -602,3 +602,16 @@ def test_prepared_metadata_is_the_built_wheels_metadata(
     with zipfile.ZipFile(_wheel(dist, CLASSIC)) as zf:
         built = zf.read(f"{info}/METADATA")
     assert (tmp_path / info / "METADATA").read_bytes() == built
+
+
+def test_wheel_is_byte_identical_across_writes_with_source_date_epoch(
+    built_root: Path, ccache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    project = locate(built_root)
+    result = engine.build_project(project, environ=_env(ccache_dir))
+    first = write_wheel(project, result, tmp_path / "one").read_bytes()
+    for file in (built_root / "kpdemo").rglob("*.py"):
+        os.utime(file, (time.time(), time.time() + 5))
+    second = write_wheel(project, result, tmp_path / "two").read_bytes()
+    assert first == second

@@ -340,3 +340,15 @@ def test_isolated_build_environment_asks_for_the_projects_torch(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
     assert backend.get_requires_for_build_wheel() == ["kernelpack", "ninja>=1.11", torch]
+
+
+def test_source_date_epoch_that_is_not_a_number_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelpack.backend.sdist import write_sdist
+
+    project = make_project(tmp_path / "p", files=RICH_FILES)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(UsageError, match=r"SOURCE_DATE_EPOCH='yesterday': expected seconds"):
+        write_sdist(project, tmp_path / "sdist")
+    assert not (tmp_path / "sdist").exists()

@@ -209,7 +209,9 @@ def _stop(proc: subprocess.Popen[bytes], signum: int) -> float:
 # --- SIGINT / SIGTERM: everything stops within 2 s, exit 128 + signal ---------------------
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_signal_to_kernelpack_alone_stops_ninja_and_compilers_within_2_s(
     tree: Path, tmp_path: Path, slow: Callable[..., dict[str, str]], signum: int, code: int
 ) -> None:

@@ -615,3 +615,14 @@ def test_wheel_is_byte_identical_across_writes_with_source_date_epoch(
         os.utime(file, (time.time(), time.time() + 5))
     second = write_wheel(project, result, tmp_path / "two").read_bytes()
     assert first == second
+
+
+def test_wheel_with_a_source_date_epoch_that_is_not_a_number_is_one_line(
+    built_root: Path, ccache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = locate(built_root)
+    result = engine.build_project(project, environ=_env(ccache_dir))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1.5e9")
+    with pytest.raises(UsageError, match=r"SOURCE_DATE_EPOCH='1.5e9': expected seconds"):
+        write_wheel(project, result, tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()

@@ -40,6 +40,7 @@ from kernelpack.backend.metadata import (
     entry_points_text,
     requirements,
 )
+from kernelpack.backend.sdist import source_date_epoch
 from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_tag
 from kernelpack.builder.engine import BuildResult
 from kernelpack.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
@@ -197,6 +198,7 @@ def write_wheel(
     project (`[project]`, a symlink out of the package) is raised before anything is written.
     """
     version = result.record.version
+    source_date_epoch()  # a bad value is one line here, not a traceback from the zip writer
     metadata = wheel_metadata(project, version)
     package = project.package
     members: list[tuple[str, bytes | Path]] = []

@@ -11,6 +11,7 @@ ptxas still hit). Both servers are real processes started here and stopped after
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
@@ -336,3 +337,19 @@ def test_unreachable_backend_builds_locally_with_one_warning_and_exit_0(
     assert len(warnings) == 1 and f"127.0.0.1:{closed} is unreachable" in warnings[0]
     assert "cache: sccache (local)" in err
     assert (root / "kpdemo" / "scale" / "_C.abi3.so").is_file()
+
+
+def test_noop_build_keeps_the_statistics_of_the_build_that_compiled(
+    tmp_path: Path, sccache: str
+) -> None:
+    root = _clone(tmp_path / "checkout")["kpdemo"]
+    env = {**_env(sccache, tmp_path / "local-cache"), "KPDEMO_KERNELS": "scale"}
+    out = io.StringIO()
+    first = engine.build_project(locate(root), environ=env, stream=out)
+    assert first.cache is not None and first.cache.misses > 0
+    assert out.getvalue().count("cache: sccache (local)") == 1
+    again = io.StringIO()
+    second = engine.build_project(locate(root), environ=env, stream=again)
+    assert second.compiled == ()
+    assert second.cache == first.cache
+    assert "cache:" not in again.getvalue()

@@ -213,3 +213,26 @@ def test_killed_build_leaves_no_server_behind(env: dict[str, str], tmp_path: Pat
     while _answers(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _answers(port)
+
+
+def test_statistics_round_trip_through_the_build_folder(tmp_path: Path) -> None:
+    stats = compiler_cache.CacheStats(
+        launcher="sccache",
+        backend="redis",
+        hits=12,
+        misses=0,
+        remote_hits=12,
+        local_hits=0,
+        errors=0,
+        read_only=True,
+        writes=0,
+    )
+    compiler_cache.save(stats, tmp_path)
+    assert compiler_cache.load(tmp_path) == stats
+    compiler_cache.save(None, tmp_path)
+    assert compiler_cache.load(tmp_path) is None
+
+
+def test_unreadable_saved_statistics_are_none(tmp_path: Path) -> None:
+    (tmp_path / compiler_cache.STATS_FILE).write_text('{"launcher": "sccache", "hits": "x"}')
+    assert compiler_cache.load(tmp_path) is None

@@ -31,8 +31,12 @@ from urllib.parse import urlsplit
 
 from kernelpack.builder import processes
 from kernelpack.launcher import kind_of
+from kernelpack_runtime._files import write_text_atomic
 
-__all__ = ["START_TIMEOUT_S", "CacheStats", "Session", "session"]
+__all__ = ["START_TIMEOUT_S", "STATS_FILE", "CacheStats", "Session", "load", "save", "session"]
+
+#: The build folder's copy of the last compiling build's statistics (see `save`).
+STATS_FILE = "cache-stats.json"
 
 #: Longest wait for a private sccache server (its backend check included) to answer.
 START_TIMEOUT_S = 20.0
@@ -117,6 +121,49 @@ class CacheStats:
         if self.fallback is not None:
             data["fallback"] = self.fallback
         return data
+
+    @classmethod
+    def from_json(cls, data: object) -> CacheStats | None:
+        """The statistics `to_json` wrote; None for anything else."""
+        if not isinstance(data, dict):
+            return None
+        counts = ("hits", "misses", "remote_hits", "local_hits", "errors")
+        if not all(type(data.get(k)) is int for k in counts):
+            return None
+        if not isinstance(data.get("launcher"), str) or not isinstance(data.get("backend"), str):
+            return None
+        writes, fallback = data.get("writes"), data.get("fallback")
+        return cls(
+            launcher=data["launcher"],
+            backend=data["backend"],
+            hits=data["hits"],
+            misses=data["misses"],
+            remote_hits=data["remote_hits"],
+            local_hits=data["local_hits"],
+            errors=data["errors"],
+            read_only=data.get("read_only") is True,
+            writes=writes if type(writes) is int else None,
+            fallback=fallback if isinstance(fallback, str) else None,
+        )
+
+
+def save(stats: CacheStats | None, build_dir: Path) -> None:
+    """Keep a compiling build's `stats` in the build folder (None: it had none), so that a
+    later build that compiles nothing reports those of the build that made its libraries."""
+    path = build_dir / STATS_FILE
+    if stats is None:
+        path.unlink(missing_ok=True)
+    else:
+        write_text_atomic(path, json.dumps(stats.to_json()) + "\n")
+
+
+def load(build_dir: Path) -> CacheStats | None:
+    """The statistics of the last build of `build_dir` that compiled something, if any."""
+    try:
+        data = json.loads((build_dir / STATS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return CacheStats.from_json(data)
 
 
 class Session:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import graph, install, modinit
+from kernelpack.builder import compiler_cache, graph, install, modinit
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.compiler_cache import session as launcher_session
@@ -222,7 +222,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
 
             render(toolchain.launcher)
             env = ninja_runner.environment(environ, root=root, launcher=toolchain.launcher)
-            work = toolchain.launcher is not None and ninja_runner.has_work(build_dir, env)
+            work = ninja_runner.has_work(build_dir, env)
             # The launcher's server (sccache) lives for this ninja run only, outside its loop.
             with launcher_session(
                 toolchain.launcher, env, stream=options.stream, active=work
@@ -245,6 +245,11 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                 out = options.stream if options.stream is not None else sys.stderr
                 out.write(stats.line() + "\n")
                 out.flush()
+            if work:
+                compiler_cache.save(stats, build_dir)
+            else:
+                # Nothing compiled: the libraries (and so the record) are the last build's.
+                stats = compiler_cache.load(build_dir)
         else:
             _write_compdb(build_dir, [])
         record = BuildRecord(

@@ -236,3 +236,19 @@ def test_statistics_round_trip_through_the_build_folder(tmp_path: Path) -> None:
 def test_unreadable_saved_statistics_are_none(tmp_path: Path) -> None:
     (tmp_path / compiler_cache.STATS_FILE).write_text('{"launcher": "sccache", "hits": "x"}')
     assert compiler_cache.load(tmp_path) is None
+
+
+def test_ccache_remote_storage_hits_are_counted_as_remote(
+    env: dict[str, str], source: Path, tmp_path: Path
+) -> None:
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
+    tool = Path(ccache)
+    shared = {**env, "CCACHE_REMOTE_STORAGE": f"file:{tmp_path / 'team-cache'}"}
+    _compile(tool, {**shared, "CCACHE_DIR": str(tmp_path / "machine-a")}, source)
+    machine_b = {**shared, "CCACHE_DIR": str(tmp_path / "machine-b")}
+    with compiler_cache.session(tool, machine_b) as cache:
+        _compile(tool, machine_b, source)
+    assert cache.stats is not None
+    assert (cache.stats.backend, cache.stats.hits, cache.stats.remote_hits) == ("local+file", 1, 1)

@@ -456,7 +456,7 @@ def _ccache_stats(
     remote = delta("remote_storage_hit")
     return CacheStats(
         launcher="ccache",
-        backend="remote" if env.get("CCACHE_REMOTE_STORAGE") else "local",
+        backend=_ccache_backend(env.get("CCACHE_REMOTE_STORAGE", "")),
         hits=hits,
         misses=delta("cache_miss"),
         remote_hits=remote,
@@ -464,6 +464,12 @@ def _ccache_stats(
         errors=delta("remote_storage_error", "remote_storage_timeout", "internal_error"),
         read_only=env.get("CCACHE_READONLY", "").lower() in ("1", "true", "yes"),
     )
+
+
+def _ccache_backend(remote: str) -> str:
+    """ "local", or "local+redis" (+http, +file) for `CCACHE_REMOTE_STORAGE` backends."""
+    schemes = [urlsplit(url).scheme or "remote" for url in remote.split()]
+    return "+".join(["local", *dict.fromkeys(schemes)])
 
 
 def _call(argv: list[str], env: Mapping[str, str], *, text: bool = False) -> str | None:

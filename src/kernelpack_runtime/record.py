@@ -33,6 +33,7 @@ __all__ = [
     "SCHEMAS_READ",
     "BuildRecord",
     "BuiltKernel",
+    "CacheRecord",
     "InvalidRecord",
     "KernelRecord",
     "SelectionRecord",
@@ -338,6 +339,55 @@ class SelectionRecord:
 
 
 @dataclass(frozen=True)
+class CacheRecord:
+    """What the compiler cache did in the build that compiled the libraries (optional
+    `"cache"`): the launcher, where hits came from ("local", "redis", "s3", "gha",
+    "local+redis"...) and the counts (sccache counts each step of an nvcc compile)."""
+
+    launcher: str
+    backend: str
+    hits: int
+    misses: int
+    remote_hits: int = 0
+    local_hits: int = 0
+    errors: int = 0
+    read_only: bool = False
+    fallback: str | None = None
+    """Why the configured backend was not used, when it was not."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "launcher": self.launcher,
+            "backend": self.backend,
+            "hits": self.hits,
+            "misses": self.misses,
+            "remote_hits": self.remote_hits,
+            "local_hits": self.local_hits,
+            "errors": self.errors,
+            "read_only": self.read_only,
+        }
+        if self.fallback is not None:
+            data["fallback"] = self.fallback
+        return data
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "cache") -> CacheRecord:
+        """Read a `cache` object; `InvalidRecord` when a field has the wrong type."""
+        table = _Object(data, where)
+        return cls(
+            launcher=table.string("launcher"),
+            backend=table.string("backend"),
+            hits=table.integer("hits"),
+            misses=table.integer("misses"),
+            remote_hits=table.integer("remote_hits"),
+            local_hits=table.integer("local_hits"),
+            errors=table.integer("errors"),
+            read_only=bool(table.optional_bool("read_only", False)),
+            fallback=table.optional_string("fallback"),
+        )
+
+
+@dataclass(frozen=True)
 class BuildRecord:
     """The whole `_kernelpack.json`."""
 
@@ -352,6 +402,8 @@ class BuildRecord:
     schema: int = SCHEMA
     selection: SelectionRecord | None = None
     """Present when `MAX_JOBS`, `TORCH_CUDA_ARCH_LIST` or `KERNELPACK_ARCH` was set."""
+    cache: CacheRecord | None = None
+    """Present when a compiler cache (sccache, ccache) compiled the libraries."""
 
     def __post_init__(self) -> None:
         if not self.env_prefix:
@@ -368,6 +420,8 @@ class BuildRecord:
         }
         if self.selection is not None:
             data["selection"] = self.selection.to_json()
+        if self.cache is not None:
+            data["cache"] = self.cache.to_json()
         return data
 
     @classmethod
@@ -399,6 +453,11 @@ class BuildRecord:
             selection=(
                 SelectionRecord.from_json(table.data["selection"])
                 if table.data.get("selection") is not None
+                else None
+            ),
+            cache=(
+                CacheRecord.from_json(table.data["cache"])
+                if table.data.get("cache") is not None
                 else None
             ),
         )

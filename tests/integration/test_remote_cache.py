@@ -28,6 +28,7 @@ from kernelpack.builder import engine
 from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.engine import BuildResult
 from kernelpack.project import locate
+from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
 
@@ -339,17 +340,21 @@ def test_unreachable_backend_builds_locally_with_one_warning_and_exit_0(
     assert (root / "kpdemo" / "scale" / "_C.abi3.so").is_file()
 
 
-def test_noop_build_keeps_the_statistics_of_the_build_that_compiled(
+def test_noop_build_keeps_the_statistics_of_the_build_that_compiled_and_records_them(
     tmp_path: Path, sccache: str
 ) -> None:
     root = _clone(tmp_path / "checkout")["kpdemo"]
     env = {**_env(sccache, tmp_path / "local-cache"), "KPDEMO_KERNELS": "scale"}
     out = io.StringIO()
     first = engine.build_project(locate(root), environ=env, stream=out)
+    engine.install_inplace(first)
     assert first.cache is not None and first.cache.misses > 0
     assert out.getvalue().count("cache: sccache (local)") == 1
     again = io.StringIO()
     second = engine.build_project(locate(root), environ=env, stream=again)
+    engine.install_inplace(second)
     assert second.compiled == ()
     assert second.cache == first.cache
+    on_disk = BuildRecord.read(root / "kpdemo" / "_kernelpack.json")
+    assert on_disk.cache == first.cache.record()
     assert "cache:" not in again.getvalue()

@@ -180,6 +180,25 @@ def test_unknown_reason_code_is_refused() -> None:
         Reason("no-such-code", "x")
 
 
+CACHE = {
+    "launcher": "sccache",
+    "backend": "redis",
+    "hits": 12,
+    "misses": 0,
+    "remote_hits": 12,
+    "local_hits": 0,
+    "errors": 0,
+    "read_only": True,
+}
+
+
+def test_cache_statistics_round_trip_as_an_optional_field() -> None:
+    record = BuildRecord.from_json({**SCHEMA_2, "cache": CACHE})
+    assert record.cache is not None and record.cache.remote_hits == 12
+    assert record.to_json()["cache"] == CACHE
+    assert "cache" not in BuildRecord.from_json(SCHEMA_2).to_json()
+
+
 def _broken(path: list[str], value: object) -> dict[str, Any]:
     data = copy.deepcopy(SCHEMA_2)
     target: Any = data
@@ -260,6 +279,11 @@ def _broken(path: list[str], value: object) -> dict[str, Any]:
             {**SCHEMA_2, "selection": {"max_jobs": "8"}},
             "selection.max_jobs: expected an integer or null, got a string",
             id="selection",
+        ),
+        pytest.param(
+            {**SCHEMA_2, "cache": {**CACHE, "hits": "12"}},
+            "cache.hits: expected an integer, got a string",
+            id="cache",
         ),
     ],
 )

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from kernelpack.builder import processes
 from kernelpack.launcher import kind_of
 from kernelpack_runtime._files import write_text_atomic
+from kernelpack_runtime.record import CacheRecord
 
 __all__ = ["START_TIMEOUT_S", "STATS_FILE", "CacheStats", "Session", "load", "save", "session"]
 
@@ -105,7 +106,7 @@ class CacheStats:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        """The record's `cache` field."""
+        """Everything, as JSON values (the build folder's copy; see `save`)."""
         data: dict[str, Any] = {
             "launcher": self.launcher,
             "backend": self.backend,
@@ -121,6 +122,20 @@ class CacheStats:
         if self.fallback is not None:
             data["fallback"] = self.fallback
         return data
+
+    def record(self) -> CacheRecord:
+        """The build record's `cache` field."""
+        return CacheRecord(
+            launcher=self.launcher,
+            backend=self.backend,
+            hits=self.hits,
+            misses=self.misses,
+            remote_hits=self.remote_hits,
+            local_hits=self.local_hits,
+            errors=self.errors,
+            read_only=self.read_only,
+            fallback=self.fallback,
+        )
 
     @classmethod
     def from_json(cls, data: object) -> CacheStats | None:

@@ -259,6 +259,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
             selection=_selection_record(plan, cap, environ),
             env_prefix=options.env_prefix,
+            cache=None if stats is None else stats.record(),
         )
     return BuildResult(
         plan=plan,

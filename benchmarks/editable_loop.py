@@ -16,6 +16,9 @@ hit), and the contenders take turns within a round so load changes hit all three
 This machine has no GPU: the registry is given a probe reporting an sm_90 device so that
 `load` goes on to import the library (which needs no GPU). Also measured: a no-op import
 with the hook against the same import with the hook turned off (`KERNELPACK_EDITABLE_SKIP`).
+Each round also records the wall time of the `rmsnorm.cu` compile itself (from ninja's log:
+kernelpack's build folder, torch's extension folder), so the time each way adds beyond nvcc
+can be told apart from the compile, which a loaded machine stretches the most.
 
 Usage: `python benchmarks/editable_loop.py [--rounds 3] [--json FILE]` (default
 `benchmarks/results/editable_loop.json`)
@@ -108,8 +111,18 @@ def _edit(source: Path, round_: int, contender: str) -> None:
     text = source.read_text()
     marker = "\nnamespace kp_bench_edit {"
     text = text.split(marker)[0]
-    tag = f"{round_}_{CONTENDERS.index(contender)}_{time.time_ns()}"
-    source.write_text(f"{text}{marker} constexpr long long value = {tag}LL; }}\n")
+    value = time.time_ns() + 10 * round_ + CONTENDERS.index(contender)  # new every time
+    source.write_text(f"{text}{marker} constexpr long long value = {value}LL; }}\n")
+
+
+def _compile_seconds(log: Path) -> float:
+    """Wall time of the last compile of `rmsnorm.cu` that ninja logged in `log`."""
+    seconds = 0.0
+    for line in log.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 4 and "rmsnorm.cu" in parts[3] and parts[3].endswith(".o"):
+            seconds = (int(parts[1]) - int(parts[0])) / 1000
+    return seconds
 
 
 def _previous_source(where: Path) -> Path:
@@ -166,6 +179,7 @@ def main() -> int:
             script = where / "jit.py"
             script.write_text(JIT)
             command = [python, script, package, include]
+            log = where / "torch_extensions" / "llm_ops_rmsnorm_jit" / ".ninja_log"
             setup = _timed(command, env, where)
         else:
             install = [python, "-m", "pip", "install", "-q", "--no-deps"]
@@ -174,6 +188,7 @@ def main() -> int:
             command = [python, "-c", LOAD]
             if contender == "previous-editable":
                 command = install  # then the import, timed separately below
+            log = package / "build" / "kernelpack" / ".ninja_log"
         setups[contender] = {
             "python": python,
             "package": package,
@@ -181,6 +196,8 @@ def main() -> int:
             "command": command,
             "cold_seconds": setup,
             "rounds": [],
+            "compiles": [],
+            "log": log,
         }
         print(f"{contender}: set up in {setup:.1f} s", file=sys.stderr)
     for round_ in range(args.rounds):
@@ -192,7 +209,11 @@ def main() -> int:
             if contender == "previous-editable":
                 seconds += _timed([s["python"], "-c", LOAD], s["env"], where)
             s["rounds"].append(seconds)
-            print(f"round {round_ + 1} {contender}: {seconds:.1f} s", file=sys.stderr)
+            s["compiles"].append(_compile_seconds(s["log"]))
+            print(
+                f"round {round_ + 1} {contender}: {seconds:.1f} s (nvcc {s['compiles'][-1]:.1f} s)",
+                file=sys.stderr,
+            )
     hook = setups["kernelpack-editable"]
     skip_env = {**hook["env"], "KERNELPACK_EDITABLE_SKIP": str(hook["package"])}
     noop: dict[str, list[float]] = {"hook": [], "hook_skipped": []}
@@ -213,6 +234,13 @@ def main() -> int:
         "rounds": args.rounds,
         "seconds_per_round": {c: setups[c]["rounds"] for c in CONTENDERS},
         "median_seconds": medians,
+        "nvcc_seconds_per_round": {c: setups[c]["compiles"] for c in CONTENDERS},
+        "median_seconds_beyond_nvcc": {
+            c: statistics.median(
+                r - n for r, n in zip(setups[c]["rounds"], setups[c]["compiles"], strict=True)
+            )
+            for c in CONTENDERS
+        },
         "cold_setup_seconds": {c: setups[c]["cold_seconds"] for c in CONTENDERS},
         "noop_import_ms": {
             "median_with_hook": noop_ms["hook"],
@@ -223,8 +251,13 @@ def main() -> int:
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
+    beyond = result["median_seconds_beyond_nvcc"]
     for contender in CONTENDERS:
-        print(f"{contender:22} median {medians[contender]:6.1f} s", file=sys.stderr)
+        print(
+            f"{contender:22} median {medians[contender]:6.1f} s, "
+            f"{beyond[contender]:5.1f} s beyond the nvcc step",
+            file=sys.stderr,
+        )
     print(
         f"no-op import: {noop_ms['hook']:.0f} ms with the hook, "
         f"{noop_ms['hook_skipped']:.0f} ms without",

@@ -2,7 +2,7 @@
 
 For each project a fresh copy is built three times with the real nvcc:
 
-- cold: an empty build folder and the compiler cache off (`CCACHE_DISABLE=1`);
+- cold: an empty build folder and no compiler cache (`KERNELPACK_LAUNCHER=none`);
 - no-op: the same tree again (nothing to do);
 - one edit: one CUDA source changed (a line appended), the cache still off.
 
@@ -68,7 +68,7 @@ def _timed(root: Path, env: dict[str, str]) -> dict[str, object]:
 def measure(name: str, base: Path) -> dict[str, object]:
     root = _prepare(name, base)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_")}
-    env["CCACHE_DISABLE"] = "1"
+    env["KERNELPACK_LAUNCHER"] = "none"  # no compiler cache at all: every compile is real
     cold = _timed(root, env)
     noop = _timed(root, env)
     edited = root / PROJECTS[name][1]

@@ -10,11 +10,12 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kernelpack_runtime.device import Device, DeviceFacts, Probe, set_default_probe
 from kernelpack_runtime.errors import KernelUnavailableError, MissingNativeError
 from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.registry import Api, Registry, log_status, ops_namespace, registry_for
-from kernelpack_runtime.stubs import stub_missing
 from kernelpack_runtime.torchinfo import TorchFacts
 
 __all__ = [
@@ -36,3 +37,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # `stub_missing` is for CPU machines' imports: loaded when first asked for.
+    if name == "stub_missing":
+        from kernelpack_runtime.stubs import stub_missing
+
+        return stub_missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from kernelpack_runtime.stubs import stub_missing

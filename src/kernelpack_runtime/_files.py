@@ -10,7 +10,6 @@ would have (`0o666` less the umask), not `mkstemp`'s private `0o600`.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +34,7 @@ def _create_sibling(destination: Path) -> Path:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        temp = destination.parent / f"{TEMP_PREFIX}{destination.name}.{secrets.token_hex(4)}"
+        temp = destination.parent / f"{TEMP_PREFIX}{destination.name}.{os.urandom(4).hex()}"
         try:
             os.close(os.open(temp, flags, _NEW_FILE_MODE))
         except FileExistsError:

@@ -7,8 +7,10 @@ runs on the same major with an equal or later minor.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 __all__ = ["KNOWN_ARCHS", "Arch"]
 
@@ -43,7 +45,7 @@ class Arch:
         if match is None:
             raise ValueError(_not_an_arch(text) + _nvcc_name_hint(text))
         arch = cls(int(match.group(1)), int(match.group(2)), match.group(3))
-        if arch not in KNOWN_ARCHS:
+        if arch not in _all_known():
             raise ValueError(_not_an_arch(text))
         return arch
 
@@ -84,6 +86,7 @@ class Arch:
         return capability >= self.capability
 
 
+@functools.cache
 def _all_known() -> frozenset[Arch]:
     archs: set[Arch] = set()
     for major, minor in _CAPABILITIES:
@@ -95,8 +98,17 @@ def _all_known() -> frozenset[Arch]:
     return frozenset(archs)
 
 
-#: Every arch string `Arch.parse` accepts.
-KNOWN_ARCHS: frozenset[Arch] = _all_known()
+def __getattr__(name: str) -> object:
+    # `KNOWN_ARCHS` (every arch `Arch.parse` accepts) is made on first use: importing the
+    # runtime on a machine that never parses an arch does not build it.
+    if name == "KNOWN_ARCHS":
+        return _all_known()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    #: Every arch string `Arch.parse` accepts.
+    KNOWN_ARCHS: frozenset[Arch]
 
 
 def _not_an_arch(text: object) -> str:
@@ -110,9 +122,9 @@ def _nvcc_name_hint(text: object) -> str:
     if match is None:
         return ""
     arch = Arch(int(match.group(1)), int(match.group(2)), match.group(3))
-    return f'; write "{arch}"' if arch in KNOWN_ARCHS else ""
+    return f'; write "{arch}"' if arch in _all_known() else ""
 
 
 def _known_range() -> str:
-    ordered = sorted(KNOWN_ARCHS)
+    ordered = sorted(_all_known())
     return f"{ordered[0]} … {ordered[-1]}"

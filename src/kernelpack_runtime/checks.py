@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.device import DeviceFacts, Probe
 from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import BuildRecord, BuiltKernel, KernelRecord
@@ -118,11 +117,15 @@ def _no_device(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
 def _built_for(kernel: BuiltKernel) -> str:
     targets = ", ".join(_sm(arch) for arch in kernel.archs) or "no arch"
     if kernel.ptx and kernel.archs:
+        from kernelpack_runtime.arch import Arch
+
         targets += f" + PTX {max(Arch.parse(a) for a in kernel.archs).compute}"
     return targets
 
 
 def _sm(text: str) -> str:
+    from kernelpack_runtime.arch import Arch
+
     try:
         return Arch.parse(text).sm
     except ValueError:
@@ -130,6 +133,9 @@ def _sm(text: str) -> str:
 
 
 def _arch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
+    # Arch is imported here, where a device was found: a GPU-less machine never needs it.
+    from kernelpack_runtime.arch import Arch
+
     archs = []
     for text in kernel.archs:
         try:

@@ -35,13 +35,13 @@ from pathlib import Path
 from types import ModuleType
 
 from kernelpack_runtime import _elf
+from kernelpack_runtime._paths import inside
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "Library",
     "demangle",
     "import_kernel",
-    "inside",
     "library_module",
     "library_problem",
     "ops_in_namespace",
@@ -101,15 +101,6 @@ def library_module(package: str, recorded: str) -> str:
     """The import name of the recorded library `recorded` (relative to package `package`)."""
     *folders, name = recorded.split("/")
     return ".".join([package, *folders, name.partition(".")[0]])
-
-
-def inside(path: Path, folder: Path) -> bool:
-    """Whether `path`, symlinks resolved, lies in `folder` (symlinks resolved too)."""
-    try:
-        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
-    except ValueError:
-        return False
-    return True
 
 
 def _find(module: str, folder: Path) -> Path | None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
@@ -54,9 +53,8 @@ MAX_BYTES = 4 * 1024 * 1024
 RUNTIME_REQUIREMENT = "kernelpack-runtime>=0.1,<0.2"
 
 Abi = Literal["torch", "stable"]
+_HEX = "0123456789abcdef"
 _ABIS: tuple[Abi, ...] = ("torch", "stable")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class InvalidRecord(ValueError):
@@ -235,7 +233,7 @@ class BuiltKernel:
         if abi not in _ABIS:
             raise InvalidRecord(f"{table._path('abi')}: {abi!r} is not one of torch, stable")
         digest = table.optional_string("sources_sha256")
-        if digest is not None and not _SHA256.match(digest):
+        if digest is not None and not (len(digest) == 64 and set(digest) <= set(_HEX)):
             raise InvalidRecord(f"{table._path('sources_sha256')}: not a SHA-256 hex digest")
         namespace = table.optional_string("namespace")
         if namespace is not None and not namespace.isidentifier():
@@ -435,7 +433,7 @@ class BuildRecord:
                 f"{', '.join(map(str, SCHEMAS_READ))}); upgrade kernelpack-runtime"
             )
         prefix = table.string("env_prefix") if schema >= 2 else ""
-        if prefix and not _PREFIX.match(prefix):
+        if prefix and not (prefix.isascii() and prefix.isidentifier()):
             raise InvalidRecord(f"env_prefix: {prefix!r} is not a variable-name prefix")
         kernels_table = table.object("kernels")
         kernels: dict[str, KernelRecord] = {}
@@ -498,6 +496,8 @@ class BuildRecord:
     def write(self, path: Path) -> None:
         """Write atomically (mode 0644 under the usual umask): a reader sees the old record or
         the new one, never half."""
+        from kernelpack_runtime._files import write_text_atomic  # the build's, not run time's
+
         write_text_atomic(path, self.dumps())
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple, Protocol
 
-from kernelpack_runtime import device, loader, torchinfo
+from kernelpack_runtime import device, torchinfo
+from kernelpack_runtime._paths import inside
 from kernelpack_runtime.checks import Context, first_reason
 from kernelpack_runtime.device import Probe
 from kernelpack_runtime.errors import KernelUnavailableError
@@ -163,7 +164,7 @@ class Registry:
         if not os.path.lexists(path):
             return None, missing, None
         location = self.location
-        if location is not None and not loader.inside(path, location):
+        if location is not None and not inside(path, location):
             error = InvalidRecord(f"{path}: leads outside the package ({os.path.realpath(path)})")
             return None, f"{self.package}'s build record is invalid: {error}", error
         try:
@@ -251,6 +252,10 @@ class Registry:
         location = self.location
         if location is None:
             return Reason("load-failed", f"package {self.package!r} is not installed")
+        # Only a kernel that passed every check is loaded: the loader (and its ELF reader) is
+        # imported then, which keeps `import pkg; pkg.status()` light on a GPU-less machine.
+        from kernelpack_runtime import loader
+
         module = f"{self.package}.{kernel}"
         library, trouble = loader.library_problem(
             self.package, package_dir=location, recorded=entry.library

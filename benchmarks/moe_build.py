@@ -31,7 +31,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent / "examples" / "moe_ops"
 RESULTS = HERE / "results" / "moe_build.json"
-_ROW = re.compile(r"│\s*(nvcc|c\+\+|cc|link)\s*│\s*(\S+)\s*│\s*([\d.]+)\s*│")
+# A row of kernelpack's step report: boxed on a terminal, plain columns otherwise.
+_ROW = re.compile(r"^[│\s]*(nvcc|c\+\+|cc|link)[│\s]+(\S+)[│\s]+([\d.]+)[│\s]*$", re.M)
 
 
 def build(project: Path, env: dict[str, str]) -> dict[str, Any]:

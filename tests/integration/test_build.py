@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -513,7 +514,8 @@ def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> Non
     library = _library(tree, "scale")
     before = library.read_bytes()
     header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
-    header.write_text(header.read_text().replace("256", "64"))  # a real (uncached) compile
+    # A value no other test compiles: a real compile, never a cache hit that ends before Ctrl-C.
+    header.write_text(header.read_text().replace("256", str(random.randrange(10_000, 99_999))))
     proc = subprocess.Popen(
         [Path(sys.executable).parent / "kernelpack", "build", tree, "--inplace"],
         env=_env(ccache_dir),

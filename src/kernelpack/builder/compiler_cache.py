@@ -106,21 +106,11 @@ class CacheStats:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        """Everything, as JSON values (the build folder's copy; see `save`)."""
-        data: dict[str, Any] = {
-            "launcher": self.launcher,
-            "backend": self.backend,
-            "hits": self.hits,
-            "misses": self.misses,
-            "remote_hits": self.remote_hits,
-            "local_hits": self.local_hits,
-            "errors": self.errors,
-            "read_only": self.read_only,
-        }
+        """Everything, as JSON values (the build folder's copy; see `save`): the record's
+        `cache` field (one owner of its shape) plus the write count."""
+        data = self.record().to_json()
         if self.writes is not None:
             data["writes"] = self.writes
-        if self.fallback is not None:
-            data["fallback"] = self.fallback
         return data
 
     def record(self) -> CacheRecord:

@@ -179,7 +179,7 @@ def _machine() -> dict[str, Any]:
 
 
 def _toolchain() -> dict[str, Any]:
-    from kernelpack.toolchain import detect
+    from kernelpack.toolchain.detection import detect
 
     tc = detect()
     return {

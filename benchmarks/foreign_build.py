@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from kernelpack.builder import engine
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 ROOT = Path(__file__).resolve().parents[1]
 FOREIGN = ROOT / "tests" / "foreign"

@@ -28,19 +28,19 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from kernelpack import deps
-from kernelpack._toml import display_path
 from kernelpack.abitag import AbiTag
-from kernelpack.conventions import ArchFilter, arch_filter
 from kernelpack.errors import KernelpackError, PlanError, UsageError
-from kernelpack.manifest import KernelSpec, Manifest
-from kernelpack.toolchain import Toolchain, detect
+from kernelpack.project._toml import display_path
+from kernelpack.project.manifest import KernelSpec, Manifest
+from kernelpack.toolchain import deps
+from kernelpack.toolchain.detection import Toolchain, detect
+from kernelpack.toolchain.environment import ArchFilter, arch_filter
 from kernelpack_runtime._switch import parse_switch
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 
 if TYPE_CHECKING:
-    from kernelpack.project import Project
+    from kernelpack.project.locate import Project
 
 __all__ = [
     "BuildPlan",
@@ -78,7 +78,7 @@ class Selection:
     def from_env(cls, prefix: str, environ: Mapping[str, str]) -> Selection:
         """Read `<prefix>_KERNELS`, `KERNELPACK_KERNELS` (the package's variable wins),
         `<prefix>_KERNELS_REQUIRE` and `KERNELPACK_REQUIRE`, `TORCH_CUDA_ARCH_LIST` and
-        `KERNELPACK_ARCH` (see `kernelpack.conventions`).
+        `KERNELPACK_ARCH` (see `kernelpack.toolchain.environment`).
 
         A require variable that is not a boolean (`1/0`, `true/false`, `yes/no`, `on/off`)
         is a `UsageError`. Names are checked against the manifest by `plan()`.

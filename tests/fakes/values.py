@@ -8,8 +8,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
-from kernelpack.toolchain import Toolchain
+from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec, Manifest
+from kernelpack.toolchain.detection import Toolchain
 from kernelpack_runtime.arch import Arch
 
 from .nvcc import NVCC_13_0, FakeNvcc

@@ -28,7 +28,7 @@ from kernelpack.builder.flags import KernelFlags, kernel_flags
 from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
 from kernelpack.plan import plan_project
-from kernelpack.project import Project, locate
+from kernelpack.project.locate import Project, locate
 from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration

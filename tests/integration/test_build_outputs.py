@@ -19,7 +19,7 @@ import pytest
 from kernelpack.builder import engine
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.cli import main
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration

@@ -24,8 +24,8 @@ from kernelpack.builder.install import (
     remove_stale_temps,
 )
 from kernelpack.builder.lock import build_lock
-from kernelpack.builder.processes import TOKEN_VARIABLE
 from kernelpack.errors import BuildError
+from kernelpack.processes import TOKEN_VARIABLE
 
 _HOLD = """
 import sys, time

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack import buildtoml
 from kernelpack.backend.wheel import write_wheel
 from kernelpack.builder import engine
 from kernelpack.builder.engine import BuildResult
 from kernelpack.cli import main
-from kernelpack.project import locate
+from kernelpack.project import buildtoml
+from kernelpack.project.locate import locate
 
 pytestmark = pytest.mark.integration
 

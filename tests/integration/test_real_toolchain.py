@@ -13,7 +13,7 @@ from fakes import make_manifest, make_spec
 from packaging.version import Version
 
 from kernelpack.plan import make_plan
-from kernelpack.toolchain import Toolchain, detect
+from kernelpack.toolchain.detection import Toolchain, detect
 
 pytestmark = [
     pytest.mark.integration,

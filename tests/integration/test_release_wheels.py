@@ -35,7 +35,7 @@ from kernelpack.backend.wheel import write_wheel
 from kernelpack.builder import engine
 from kernelpack.cli import main
 from kernelpack.errors import UsageError
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 from kernelpack_runtime.record import RUNTIME_REQUIREMENT
 
 pytestmark = pytest.mark.integration
@@ -448,7 +448,7 @@ from pathlib import Path
 from wheel.wheelfile import WheelFile
 from kernelpack.backend.wheel import write_wheel
 from kernelpack.builder import engine
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 original = WheelFile.write
 def slow_write(self, *args, **kwargs):

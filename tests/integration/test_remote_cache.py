@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from kernelpack.builder import engine
-from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.engine import BuildResult
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
+from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration

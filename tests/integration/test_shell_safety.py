@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack._shell import unsafe
+from kernelpack.project._shell import unsafe
 
 pytestmark = pytest.mark.integration
 

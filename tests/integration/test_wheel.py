@@ -27,7 +27,7 @@ from kernelpack.backend.wheel import package_files, write_wheel
 from kernelpack.builder import engine
 from kernelpack.builder.engine import BuildResult
 from kernelpack.errors import UsageError
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from kernelpack.backend.metadata import (
 )
 from kernelpack.cli import main
 from kernelpack.errors import UsageError
-from kernelpack.project import Project, locate
+from kernelpack.project.locate import Project, locate
 from kernelpack_runtime.record import RUNTIME_REQUIREMENT
 
 KERNELS = '[scale]\nsources = ["csrc/scale.cu"]\narch = "9.0a"\nabi = "stable"\n'

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelpack.bazel.generator import generate, write
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 BUILDIFIER = os.environ.get("BUILDIFIER") or shutil.which("buildifier")
 

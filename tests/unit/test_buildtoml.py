@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fakes.values import make_toolchain
 
-from kernelpack import buildtoml
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import ANY_PLATFORM
 from kernelpack.plan import Selection, decide
-from kernelpack.project import locate
+from kernelpack.project import buildtoml
+from kernelpack.project.locate import locate
+from kernelpack.project.manifest import ANY_PLATFORM
 from kernelpack_runtime.arch import Arch
 
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign"

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from fakes import make_manifest, make_spec, make_toolchain
 
-from kernelpack.conventions import arch_filter, max_jobs, parse_arch_list
 from kernelpack.errors import UsageError
 from kernelpack.plan import BuildPlan, Selection, make_plan
+from kernelpack.toolchain.environment import arch_filter, max_jobs, parse_arch_list
 from kernelpack_runtime import set_default_probe
 from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 

@@ -11,7 +11,7 @@ import pytest
 
 from kernelpack.backend import _editable_hook as hook
 from kernelpack.backend import editable
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llm_ops"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack import launcher
-from kernelpack.builder import compiler_cache
 from kernelpack.errors import UsageError
+from kernelpack.toolchain import launcher
+from kernelpack.toolchain.launcher import cache as compiler_cache
 
 SOURCE = "int add_one(int x) { return x + 1; }\n"
 
@@ -196,7 +196,7 @@ def test_killed_build_leaves_no_server_behind(env: dict[str, str], tmp_path: Pat
     script = (
         "import os, time\n"
         "from pathlib import Path\n"
-        "from kernelpack.builder import compiler_cache\n"
+        "from kernelpack.toolchain.launcher import cache as compiler_cache\n"
         f"with compiler_cache.session(Path({str(sccache)!r}), dict(os.environ)) as s:\n"
         "    print(s.server_port, flush=True)\n"
         "    time.sleep(60)\n"

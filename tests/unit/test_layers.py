@@ -21,36 +21,12 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: dict[str, tuple[str, ...]] = {
     "ground": (
         "kernelpack",  # the package itself: __version__ and re-exports
-        "kernelpack._alias",
-        "kernelpack._files",
-        "kernelpack._switch",
         "kernelpack.abitag",
-        "kernelpack.arch",
         "kernelpack.errors",
-        "kernelpack.filekinds",
-        "kernelpack.mock",
-        "kernelpack.reason",
-        "kernelpack.record",
-        "kernelpack.runtime",
-        "kernelpack.testing",
+        "kernelpack.processes",
     ),
-    "manifest": (
-        "kernelpack._shell",
-        "kernelpack._toml",
-        "kernelpack._schema",
-        "kernelpack.settings",
-        "kernelpack.manifest",
-        "kernelpack.buildtoml",
-        "kernelpack.project",
-        "kernelpack.migration",
-    ),
-    "toolchain": (
-        "kernelpack.toolchain",
-        "kernelpack.torchprobe",
-        "kernelpack.deps",
-        "kernelpack.launcher",
-        "kernelpack.conventions",
-    ),
+    "project": ("kernelpack.project",),
+    "toolchain": ("kernelpack.toolchain",),
     "plan": ("kernelpack.plan",),
     "builder": ("kernelpack.builder",),
     "face": (
@@ -59,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack.bazel",
         "kernelpack.cli",
         "kernelpack.release",
+        "kernelpack.scaffold",
     ),
 }
 _ORDER = list(LAYERS)
@@ -206,7 +183,8 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking_blocks() -> N
     type_only = [
         imp
         for imp in IMPORTS
-        if imp.importer == "kernelpack.deps" and _internal(imp.target) == "kernelpack.settings"
+        if imp.importer == "kernelpack.toolchain.deps"
+        and _internal(imp.target) == "kernelpack.project.settings"
     ]
     assert type_only, "the TYPE_CHECKING import of deps.py is not seen"
 

@@ -1,4 +1,5 @@
-"""`kernelpack.manifest.load`: docs/manifest.md's `kernels.toml`; one-line errors for bad input."""
+"""`kernelpack.project.manifest.load`: docs/manifest.md's `kernels.toml`; one-line errors for
+bad input."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from packaging.version import Version
 
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest, load
-from kernelpack.settings import Settings
+from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec, Manifest, load
+from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
 
 SOURCES = ("rmsnorm/csrc/rmsnorm.cu", "rmsnorm/csrc/binding.cpp", "rmsnorm/csrc/rmsnorm.cuh")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack._toml import read_toml
 from kernelpack.errors import ManifestError, ManifestErrors
-from kernelpack.manifest import ANY_PLATFORM, KernelSpec, load
-from kernelpack.settings import Settings
+from kernelpack.project._toml import read_toml
+from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec, load
+from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
 
 KERNELPACK = Path(sys.executable).parent / "kernelpack"

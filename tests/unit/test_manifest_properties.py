@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelpack import _schema
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import KERNEL_KEYS, load
+from kernelpack.project import _schema
+from kernelpack.project.manifest import KERNEL_KEYS, load
 
 KERNELPACK = Path(sys.executable).parent / "kernelpack"
 ROOT = Path(__file__).resolve().parents[2]

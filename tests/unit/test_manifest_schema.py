@@ -13,11 +13,11 @@ import jsonschema
 import pytest
 import tomllib
 
-from kernelpack import _schema
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import KERNEL_KEYS, KEYS, KernelSpec, load
-from kernelpack.release.scaffold import Scaffold
-from kernelpack.settings import SETTINGS_KEYS, Settings
+from kernelpack.project import _schema
+from kernelpack.project.manifest import KERNEL_KEYS, KEYS, KernelSpec, load
+from kernelpack.project.settings import SETTINGS_KEYS, Settings
+from kernelpack.scaffold.new import Scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "manifests"
@@ -44,12 +44,12 @@ def _errors(validator: jsonschema.Draft7Validator, text: str) -> list[str]:
 
 def test_published_schema_is_generated_from_the_declarations() -> None:
     published = (ROOT / _schema.SCHEMA).read_text(encoding="utf-8")
-    assert published == _schema.schema_text(), "run: python -m kernelpack._schema --write"
+    assert published == _schema.schema_text(), "run: python -m kernelpack.project._schema --write"
 
 
 def test_docs_table_is_generated_from_the_declarations() -> None:
     docs = (ROOT / _schema.DOCS).read_text(encoding="utf-8")
-    assert _schema.docs_text(docs) == docs, "run: python -m kernelpack._schema --write"
+    assert _schema.docs_text(docs) == docs, "run: python -m kernelpack.project._schema --write"
 
 
 def test_docs_table_lists_exactly_the_kernel_keys() -> None:

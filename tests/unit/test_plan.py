@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.plan import Selection, decide, make_plan, plan_project
-from kernelpack.project import Project, locate
+from kernelpack.project.locate import Project, locate
 from kernelpack_runtime.reason import Reason
 
 

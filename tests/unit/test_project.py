@@ -1,4 +1,4 @@
-"""`kernelpack.project.locate` and `[tool.kernelpack]` settings: from a PATH to a project."""
+"""`kernelpack.project.locate.locate` and `[tool.kernelpack]` settings: from a PATH to a project."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kernelpack.errors import ManifestError, UsageError
-from kernelpack.manifest import ANY_PLATFORM
-from kernelpack.project import locate
-from kernelpack.settings import Settings
+from kernelpack.project.locate import locate
+from kernelpack.project.manifest import ANY_PLATFORM
+from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
 
 KERNELS = '[rmsnorm]\nsources = ["csrc/rmsnorm.cu"]\narch = "9.0a"\n'

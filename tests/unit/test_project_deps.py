@@ -1,4 +1,4 @@
-"""`kernelpack.deps`: `depends` names resolved to include folders for a project."""
+"""`kernelpack.toolchain.deps`: `depends` names resolved to include folders for a project."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack import deps
 from kernelpack.errors import ManifestError, UsageError
-from kernelpack.project import Project
-from kernelpack.settings import Settings
+from kernelpack.project.locate import Project
+from kernelpack.project.settings import Settings
+from kernelpack.toolchain import deps
 
 
 def project(root: Path, **dep_targets: str) -> Project:

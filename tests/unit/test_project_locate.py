@@ -10,7 +10,7 @@ import pytest
 
 from kernelpack.cli import main
 from kernelpack.errors import UsageError
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
 PRIME = FOREIGN / "prime-kernels"

@@ -139,7 +139,7 @@ def _project(tmp_path: Path, name: str) -> Path:
     """A source tree as `kernelpack build` takes it: pyproject.toml + <name>/kernels.toml,
     with an in-place build's record whose hash is that of the sources as they are now."""
     from kernelpack.builder.engine import sources_sha256
-    from kernelpack.project import locate
+    from kernelpack.project.locate import locate
 
     root = tmp_path / "proj"
     root.mkdir()

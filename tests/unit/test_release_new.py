@@ -11,7 +11,7 @@ import pytest
 import tomllib
 
 from kernelpack.cli import main
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 RUFF = Path(sys.executable).with_name("ruff")
 

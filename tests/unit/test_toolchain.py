@@ -19,10 +19,10 @@ from fakes import (
 )
 from packaging.version import Version
 
-from kernelpack import toolchain
 from kernelpack.errors import UsageError
 from kernelpack.plan import make_plan
-from kernelpack.toolchain import detect
+from kernelpack.toolchain import detection as toolchain
+from kernelpack.toolchain.detection import detect
 
 SYSTEM_PATH = "/usr/bin:/bin"
 

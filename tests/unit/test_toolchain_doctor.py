@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fakes import NVCC_12_4, install_nvcc, install_torch
 
-from kernelpack import toolchain
 from kernelpack.cli import main
+from kernelpack.toolchain import detection as toolchain
 
 MANIFEST = """\
 [rmsnorm]

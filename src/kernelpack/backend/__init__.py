@@ -33,7 +33,7 @@ from kernelpack.backend.wheel import write_dist_info, write_wheel
 from kernelpack.builder import engine
 from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.plan import parse_kernels, plan_project
-from kernelpack.project import Project, locate
+from kernelpack.project.locate import Project, locate
 from kernelpack_runtime._switch import parse_switch
 
 __all__ = [

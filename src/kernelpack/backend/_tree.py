@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kernelpack._toml import display_path, is_inside
 from kernelpack.errors import UsageError
+from kernelpack.project._toml import display_path, is_inside
 
 __all__ = ["is_temporary", "tree_files"]
 

@@ -29,7 +29,7 @@ from kernelpack.builder import engine
 from kernelpack.builder.engine import BuildResult
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.errors import KernelpackError
-from kernelpack.project import Project, locate
+from kernelpack.project.locate import Project, locate
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import BuiltKernel
 

@@ -36,10 +36,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 from pyproject_metadata import ConfigurationError, StandardMetadata
 
-from kernelpack._toml import display_path, is_inside
 from kernelpack.abitag import AbiTag
 from kernelpack.errors import UsageError
-from kernelpack.project import Project
+from kernelpack.project._toml import display_path, is_inside
+from kernelpack.project.locate import Project
 from kernelpack_runtime.record import RUNTIME_REQUIREMENT
 
 __all__ = [

@@ -27,8 +27,8 @@ from packaging.version import Version
 from kernelpack.backend._tree import tree_files
 from kernelpack.backend.metadata import core_metadata
 from kernelpack.errors import UsageError
-from kernelpack.filekinds import BUILD_OUTPUT_DIRS, BUILD_OUTPUT_SUFFIXES, CACHE_DIRS
-from kernelpack.project import Project
+from kernelpack.project.filekinds import BUILD_OUTPUT_DIRS, BUILD_OUTPUT_SUFFIXES, CACHE_DIRS
+from kernelpack.project.locate import Project
 from kernelpack_runtime._files import atomic_path
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 

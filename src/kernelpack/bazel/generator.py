@@ -24,8 +24,8 @@ from pathlib import Path, PurePosixPath
 
 from kernelpack.bazel.markers import is_gpu_test_file
 from kernelpack.errors import UsageError
-from kernelpack.filekinds import BUILD_OUTPUT_DIRS, CACHE_DIRS, NATIVE_DIRS
-from kernelpack.project import Project
+from kernelpack.project.filekinds import BUILD_OUTPUT_DIRS, CACHE_DIRS, NATIVE_DIRS
+from kernelpack.project.locate import Project
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [

@@ -23,18 +23,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import compiler_cache, graph, install, modinit
+from kernelpack.builder import graph, install, modinit
 from kernelpack.builder import ninja as ninja_runner
-from kernelpack.builder.compiler_cache import CacheStats
-from kernelpack.builder.compiler_cache import session as launcher_session
 from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
-from kernelpack.conventions import max_jobs
 from kernelpack.errors import BuildError
-from kernelpack.filekinds import is_header
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
+from kernelpack.project.filekinds import is_header
+from kernelpack.toolchain.environment import max_jobs
+from kernelpack.toolchain.launcher import cache as compiler_cache
+from kernelpack.toolchain.launcher.cache import CacheStats
+from kernelpack.toolchain.launcher.cache import session as launcher_session
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 from kernelpack_runtime.record import (
@@ -47,8 +48,8 @@ from kernelpack_runtime.record import (
 )
 
 if TYPE_CHECKING:
-    from kernelpack.manifest import KernelSpec
-    from kernelpack.project import Project
+    from kernelpack.project.locate import Project
+    from kernelpack.project.manifest import KernelSpec
 
 __all__ = [
     "COMPDB_FILENAME",

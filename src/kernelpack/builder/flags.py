@@ -2,7 +2,7 @@
 
 torch's include/library paths, its cxx11-ABI choice and its nvcc defaults come from the
 toolchain (`Toolchain.torch_extension`, asked of torch's own `torch.utils.cpp_extension` by
-`kernelpack.torchprobe` and cached there); this module only assembles them.
+`kernelpack.toolchain.torchprobe` and cached there); this module only assembles them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from kernelpack.errors import BuildError
 from kernelpack.plan import KernelPlan
-from kernelpack.toolchain import Toolchain
+from kernelpack.toolchain.detection import Toolchain
 
 __all__ = [
     "INCLUDE_DIR",

@@ -4,7 +4,7 @@
 so a killed build never blocks the next one. The holder writes `.lock.holder` (JSON: its pid
 and, while ninja runs, ninja's pid and start time, the run's token and session), so that a
 waiter can say whom it waits for and a timeout names that pid, and so that the next holder
-can stop a ninja, or compiles, that outlived a killed build (`kernelpack.builder.processes`)
+can stop a ninja, or compiles, that outlived a killed build (`kernelpack.processes`)
 before it runs its own in the same folder.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from kernelpack.builder import processes
-from kernelpack.builder.processes import ProcessStamp
+from kernelpack import processes
 from kernelpack.errors import BuildError
+from kernelpack.processes import ProcessStamp
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["DEFAULT_TIMEOUT", "BuildLock", "build_lock"]

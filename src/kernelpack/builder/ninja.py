@@ -2,7 +2,7 @@
 
 ninja comes from the `ninja` PyPI package (a dependency of kernelpack), else from PATH.
 Per-step wall times come from `.ninja_log`, for the steps this run executed. ninja runs in
-a process group of its own, tied to our life (`kernelpack.builder.processes`); a reader
+a process group of its own, tied to our life (`kernelpack.processes`); a reader
 thread drains its output, so a chatty compiler never blocks it, and the main thread stays
 free to handle a signal. Output modes: the default progress; verbose (`commands` given)
 prints each step's full command line as ninja runs it; quiet prints only what failed steps
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
 
-from kernelpack.builder import processes
+from kernelpack import processes
 from kernelpack.errors import BuildError, Interrupted
 
 __all__ = [

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from kernelpack import __version__
-from kernelpack.builder.processes import raise_on_signals
 from kernelpack.errors import Interrupted, KernelpackError
+from kernelpack.processes import raise_on_signals
 
 __all__ = ["main"]
 

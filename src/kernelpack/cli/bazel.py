@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kernelpack.bazel.generator import DEFAULT_RULES_DIR, diff, find_workspace, generate, write
 from kernelpack.errors import UsageError
-from kernelpack.project import locate
+from kernelpack.project.locate import locate
 
 __all__ = ["register"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernelpack.errors import UsageError
 from kernelpack.plan import parse_kernels
-from kernelpack.project import PATH_HELP, locate
+from kernelpack.project.locate import PATH_HELP, locate
 
 __all__ = ["register"]
 

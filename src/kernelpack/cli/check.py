@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import ANY_PLATFORM, KernelSpec, Manifest
-from kernelpack.project import PATH_HELP, Project, locate
+from kernelpack.project.locate import PATH_HELP, Project, locate
+from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec, Manifest
 
 __all__ = ["register", "run"]
 

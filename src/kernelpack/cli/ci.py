@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kernelpack._toml import display_path
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.plan import all_stable
-from kernelpack.project import PATH_HELP, locate
+from kernelpack.project._toml import display_path
+from kernelpack.project.locate import PATH_HELP, locate
 from kernelpack.release.workflow import CACHES, DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
 from kernelpack_runtime._files import write_text_atomic
 

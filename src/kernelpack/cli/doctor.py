@@ -1,6 +1,6 @@
 """`kernelpack doctor [PATH] [--json]`: the toolchain, and a package's build plan.
 
-Prints what `kernelpack.toolchain.detect()` found (nvcc, CUDA_HOME, torch and its CUDA and
+Prints what `kernelpack.toolchain.detection.detect()` found (nvcc, CUDA_HOME, torch and its CUDA and
 ABI, the nvidia wheel headers, the compiler launcher, the job budget) and, when PATH names a
 kernel package, every kernel's decision: built for which archs with which `-gencode` flags,
 or skipped with its reason. Without a package in PATH it still prints the toolchain.
@@ -30,8 +30,8 @@ from kernelpack.builder.graph import Pools
 from kernelpack.cli import _render
 from kernelpack.errors import ManifestError, PlanError, UsageError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
-from kernelpack.project import PATH_HELP, Project, locate
-from kernelpack.toolchain import Toolchain, detect
+from kernelpack.project.locate import PATH_HELP, Project, locate
+from kernelpack.toolchain.detection import Toolchain, detect
 
 __all__ = ["Report", "register", "run", "to_json"]
 

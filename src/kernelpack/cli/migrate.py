@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kernelpack._toml import display_path
-from kernelpack.buildtoml import BUILD_TOML
-from kernelpack.project import locate
+from kernelpack.project._toml import display_path
+from kernelpack.project.buildtoml import BUILD_TOML
+from kernelpack.project.locate import locate
 
 __all__ = ["register", "run"]
 
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Plan, refuse on conflicts (exit 2, nothing written), write, list what was written."""
-    from kernelpack import migration
+    from kernelpack.scaffold import migration
 
     target = Path.cwd() if args.path is None else Path(args.path)
     if (target / BUILD_TOML).is_file():  # a second run must not take the kernels.toml it wrote

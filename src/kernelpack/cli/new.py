@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kernelpack._toml import display_path
-from kernelpack.release.scaffold import ABIS, Scaffold
+from kernelpack.project._toml import display_path
+from kernelpack.scaffold.new import ABIS, Scaffold
 
 __all__ = ["register", "run"]
 

@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from kernelpack._toml import display_path
 from kernelpack.errors import UsageError
+from kernelpack.project._toml import display_path
 from kernelpack.release.pins import Wheel, check_pins, pins, render_sources
 
 __all__ = ["register", "run"]

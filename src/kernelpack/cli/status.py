@@ -1,8 +1,8 @@
 """`kernelpack status PKG|PATH [--json] [--require]`: which kernels of a package are usable here.
 
 PKG is an importable package name, a package folder, a `kernels.toml`, or the project folder
-that `build` and `check` accept (see `kernelpack.project.locate_package`). Nothing is built or
-compiled: this is the registry's view of the build record on this machine. For an in-place
+that `build` and `check` accept (see `kernelpack.project.locate.locate_package`). Nothing is
+built or compiled: this is the registry's view of the build record on this machine. For an in-place
 build (the package folder holds its `kernels.toml`), each built kernel's recorded
 `sources_sha256` is compared with its sources now, and a kernel edited since is flagged.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelpack.errors import KernelpackError, UsageError
-from kernelpack.project import MANIFEST_NAME, PACKAGE_HELP, locate, locate_package
+from kernelpack.project.locate import MANIFEST_NAME, PACKAGE_HELP, locate, locate_package
 from kernelpack_runtime.record import BuildRecord, BuiltKernel
 from kernelpack_runtime.registry import registry_for
 from kernelpack_runtime.status import PackageStatus

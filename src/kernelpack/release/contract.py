@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelpack.errors import UsageError
-from kernelpack.project import locate_package
+from kernelpack.project.locate import locate_package
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import BuildRecord, SkippedKernel
 from kernelpack_runtime.registry import registry_for
@@ -134,7 +134,7 @@ class Contract:
 
 
 def resolve_package(text: str) -> str:
-    """The import name PKG names (see `kernelpack.project.locate_package`)."""
+    """The import name PKG names (see `kernelpack.project.locate.locate_package`)."""
     return locate_package(text)
 
 

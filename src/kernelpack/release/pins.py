@@ -23,9 +23,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from kernelpack._toml import PLATFORMS, display_path, read_toml
 from kernelpack.abitag import AbiTag
 from kernelpack.errors import UsageError
+from kernelpack.project._toml import PLATFORMS, display_path, read_toml
 
 __all__ = [
     "BACKEND",

@@ -30,9 +30,9 @@ from string import Template
 from packaging.version import InvalidVersion, Version
 
 from kernelpack import __version__
-from kernelpack._toml import read_toml
 from kernelpack.errors import UsageError
-from kernelpack.project import Project
+from kernelpack.project._toml import read_toml
+from kernelpack.project.locate import Project
 
 __all__ = [
     "CACHES",

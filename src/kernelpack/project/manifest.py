@@ -3,12 +3,12 @@
 Each key of a kernel table is declared once, as a `Key` in the metadata of its `KernelSpec`
 field. The key list (`KERNEL_KEYS`), `KernelSpec.to_json()` (`kernelpack check --json`), the
 key table of docs/manifest.md and `schema/kernels.schema.json` are made from those
-declarations (`python -m kernelpack._schema --write`), and a test fails when one drifts.
+declarations (`python -m kernelpack.project._schema --write`), and a test fails when one drifts.
 
 `load()` reads one file (and the project's `[tool.kernelpack]` table, see
-`kernelpack.settings`) and either returns a `Manifest` or raises `ManifestErrors`: every
+`kernelpack.project.settings`) and either returns a `Manifest` or raises `ManifestErrors`: every
 problem found, one line each, naming the file, the kernel and the key, in file order.
-No value that nvcc would hand to its own shell gets through (see `kernelpack._shell`).
+No value that nvcc would hand to its own shell gets through (see `kernelpack.project._shell`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any, Literal, cast
 
 from packaging.version import Version
 
-from kernelpack._shell import pattern, unsafe
-from kernelpack._toml import (
+from kernelpack.errors import ManifestError, ManifestErrors
+from kernelpack.project._shell import pattern, unsafe
+from kernelpack.project._toml import (
     ANY_PLATFORM,
     ARCH_SCHEMA,
     MAX_BYTES,
@@ -41,8 +42,7 @@ from kernelpack._toml import (
     quote,
     read_document,
 )
-from kernelpack.errors import ManifestError, ManifestErrors
-from kernelpack.settings import Settings
+from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 

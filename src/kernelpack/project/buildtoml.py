@@ -32,10 +32,17 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernelpack._toml import ANY_PLATFORM, Table, describe, display_path, is_inside, read_toml
 from kernelpack.errors import ManifestError
-from kernelpack.manifest import KernelSpec, Manifest
-from kernelpack.settings import Settings
+from kernelpack.project._toml import (
+    ANY_PLATFORM,
+    Table,
+    describe,
+    display_path,
+    is_inside,
+    read_toml,
+)
+from kernelpack.project.manifest import KernelSpec, Manifest
+from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 

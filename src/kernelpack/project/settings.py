@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from kernelpack._shell import pattern, unsafe
-from kernelpack._toml import (
+from kernelpack.project._shell import pattern, unsafe
+from kernelpack.project._toml import (
     ARCH_SCHEMA,
     Key,
     Table,

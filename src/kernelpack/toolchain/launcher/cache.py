@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 from urllib.parse import urlsplit
 
-from kernelpack.builder import processes
-from kernelpack.launcher import kind_of
+from kernelpack import processes
+from kernelpack.toolchain.launcher import kind_of
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import CacheRecord
 

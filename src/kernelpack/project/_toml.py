@@ -1,6 +1,6 @@
 """Reading TOML tables into typed values, with one-line `ManifestError`s.
 
-Shared by `kernelpack.manifest` (`kernels.toml`) and `kernelpack.settings`
+Shared by `kernelpack.project.manifest` (`kernels.toml`) and `kernelpack.project.settings`
 (`[tool.kernelpack]`): both report errors as `<path>: [<table>].<key>: <problem>; <expected>`.
 """
 
@@ -124,7 +124,7 @@ def quote(text: str) -> str:
 class Key:
     """The declaration of one key of a TOML table, put in the metadata of the dataclass field
     that holds its value: the key lists, the docs tables and the JSON Schemas are made from
-    these declarations (`kernelpack._schema`)."""
+    these declarations (`kernelpack.project._schema`)."""
 
     name: str
     """The TOML key, e.g. `nvcc-flags`."""

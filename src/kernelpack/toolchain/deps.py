@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from kernelpack._toml import display_path
 from kernelpack.errors import ManifestError, UsageError
-from kernelpack.settings import BUILTIN_DEPS, Settings
+from kernelpack.project._toml import display_path
+from kernelpack.project.settings import BUILTIN_DEPS, Settings
 
 __all__ = ["BUILTIN_DEPS", "env_var", "include_dirs", "known_deps", "resolve"]
 

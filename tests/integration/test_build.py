@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from kernelpack.builder import engine
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder import engine, install
 from kernelpack.builder.flags import KernelFlags, kernel_flags
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
 from kernelpack.plan import plan_project
@@ -49,7 +49,7 @@ def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
 
 def _build(root: Path, env: dict[str, str], **options: object) -> BuildResult:
     result = engine.build_project(locate(root), environ=env, **options)  # type: ignore[arg-type]
-    engine.install_inplace(result)
+    install.install_inplace(result)
     return result
 
 

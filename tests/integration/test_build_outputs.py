@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.builder import engine
+from kernelpack.builder import engine, install
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.cli import main
 from kernelpack.project.locate import locate
@@ -47,7 +47,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("outputs") / "kpdemo"
     shutil.copytree(PACKAGE, root, ignore=IGNORE)
-    engine.install_inplace(engine.build_project(locate(root), environ=_env(ccache_dir)))
+    install.install_inplace(engine.build_project(locate(root), environ=_env(ccache_dir)))
     return root
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from kernelpack.backend.wheel import write_wheel
-from kernelpack.builder import engine
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder import engine, install
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.cli import main
 from kernelpack.project import buildtoml
 from kernelpack.project.locate import locate
@@ -312,7 +312,7 @@ def test_migrated_project_builds_and_behaves_the_same(
         project = locate(root)
         assert project.is_build_toml == (root == direct)
         result = engine.build_project(project, environ=_env(ccache_dir))
-        engine.install_inplace(result)
+        install.install_inplace(result)
         records[root] = result.record
         reports[root] = _report(
             Path(sys.executable), "relu_torch_stable_abi", tmp_path, root / "torch-ext"

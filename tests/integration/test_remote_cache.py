@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.builder import engine
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder import engine, install
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.project.locate import locate
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack_runtime.record import BuildRecord
@@ -347,12 +347,12 @@ def test_noop_build_keeps_the_statistics_of_the_build_that_compiled_and_records_
     env = {**_env(sccache, tmp_path / "local-cache"), "KPDEMO_KERNELS": "scale"}
     out = io.StringIO()
     first = engine.build_project(locate(root), environ=env, stream=out)
-    engine.install_inplace(first)
+    install.install_inplace(first)
     assert first.cache is not None and first.cache.misses > 0
     assert out.getvalue().count("cache: sccache (local)") == 1
     again = io.StringIO()
     second = engine.build_project(locate(root), environ=env, stream=again)
-    engine.install_inplace(second)
+    install.install_inplace(second)
     assert second.compiled == ()
     assert second.cache == first.cache
     on_disk = BuildRecord.read(root / "kpdemo" / "_kernelpack.json")

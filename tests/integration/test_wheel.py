@@ -25,7 +25,7 @@ from fakes.fake_torch import install_torch
 from kernelpack import backend
 from kernelpack.backend.wheel import package_files, write_wheel
 from kernelpack.builder import engine
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import UsageError
 from kernelpack.project.locate import locate
 

@@ -138,7 +138,7 @@ def test_a_path_that_is_not_a_package_is_bad_input(
 def _project(tmp_path: Path, name: str) -> Path:
     """A source tree as `kernelpack build` takes it: pyproject.toml + <name>/kernels.toml,
     with an in-place build's record whose hash is that of the sources as they are now."""
-    from kernelpack.builder.engine import sources_sha256
+    from kernelpack.builder.outputs import sources_sha256
     from kernelpack.project.locate import locate
 
     root = tmp_path / "proj"

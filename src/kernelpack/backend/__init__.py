@@ -30,7 +30,7 @@ from kernelpack.backend.metadata import validate_project
 from kernelpack.backend.sdist import write_sdist
 from kernelpack.backend.tags import provisional_platform, wheel_tag
 from kernelpack.backend.wheel import write_dist_info, write_wheel
-from kernelpack.builder import engine
+from kernelpack.builder import engine, install
 from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.plan import parse_kernels, plan_project
 from kernelpack.project.locate import Project, locate
@@ -168,9 +168,13 @@ def build_wheel(
     metadata_directory: str | None = None,
 ) -> str:
     """Compile every planned kernel and write the wheel; return its file name."""
+    from kernelpack.cli._render import settings_line
+
     project = _build_project()
     with _explain_isolation():
-        result = engine.build_project(project, stream=sys.stderr, **_selection(config_settings))
+        result = engine.build_project(
+            project, stream=sys.stderr, announce=settings_line, **_selection(config_settings)
+        )
     return write_wheel(project, result, Path(wheel_directory)).name
 
 
@@ -182,12 +186,14 @@ def build_editable(
     """PEP 660: compile in place (libraries and record into the source tree) and return a
     wheel whose `.pth` puts the source tree on `sys.path` and whose import hook rebuilds
     what changed when the package is imported (`kernelpack.backend.editable`)."""
+    from kernelpack.cli._render import settings_line
+
     project = _build_project()
     options = _selection(config_settings)
     before = editable.inputs(project)
     with _explain_isolation():
-        result = engine.build_project(project, stream=sys.stderr, **options)
-    engine.install_inplace(result)
+        result = engine.build_project(project, stream=sys.stderr, announce=settings_line, **options)
+    install.install_inplace(result)
     editable.write_stamp(project, result, before)
     settings = editable.settings_for(project, options, os.environ)
     path = write_wheel(

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack.backend import _editable_hook as hook
-from kernelpack.builder import engine
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder import engine, install
 from kernelpack.builder.ninja import ninja_binary
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import KernelpackError
 from kernelpack.project.locate import Project, locate
 from kernelpack_runtime._files import write_text_atomic
@@ -193,6 +193,8 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
     """Rebuild the project at `root` in place with the install's `settings`; the outcome as
     the finder reads it: `{"ok": true, "compiled": {kernel: files}}` or `{"ok": false,
     "error": line, "compiler": [first error lines]}`."""
+    from kernelpack.cli._render import settings_line
+
     captured = io.StringIO()
     try:
         project = locate(root)
@@ -203,9 +205,10 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
             environ=env,
             stream=sys.stderr if verbose else captured,
             output="normal" if verbose else "quiet",
+            announce=settings_line,
             **_options(settings),
         )
-        engine.install_inplace(result)
+        install.install_inplace(result)
         write_stamp(project, result, before)
     except KernelpackError as exc:
         return {

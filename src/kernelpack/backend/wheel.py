@@ -42,7 +42,7 @@ from kernelpack.backend.metadata import (
 )
 from kernelpack.backend.sdist import source_date_epoch
 from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_tag
-from kernelpack.builder.engine import BuildResult
+from kernelpack.builder.outputs import BuildResult
 from kernelpack.project.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project.locate import Project
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME

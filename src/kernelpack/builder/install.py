@@ -1,4 +1,9 @@
-"""Atomic installs: copy to a temporary name in the destination folder, then `os.replace`.
+"""Installs: a build's staged files into the package, each copied atomically.
+
+`install_inplace` puts a finished build's libraries, generated files and record into the
+package (what `kernelpack build --inplace` and an editable install do; a wheel packs the
+staged files instead). Each copy goes to a temporary name in the destination folder, then
+`os.replace`.
 
 A reader (or a crash, or Ctrl-C) sees the old file or the new one, never half of either.
 An unchanged file (same size and mtime as its source) is left alone, which keeps a no-op
@@ -11,18 +16,24 @@ from __future__ import annotations
 
 import re
 import stat
+from contextlib import nullcontext
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
+from kernelpack.builder.lock import build_lock
+from kernelpack.builder.outputs import BuildResult, library_path
 from kernelpack.errors import BuildError
 from kernelpack_runtime._files import copy_atomic
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = [
     "LIBRARY_TEMP",
     "install_file",
+    "install_inplace",
     "install_library",
     "library_problem",
+    "read_bytes",
     "remove_stale_temps",
     "temp_of",
 ]
@@ -36,6 +47,55 @@ LIBRARY_TEMP = re.compile(r"\._C(\.[^/]*)?\.so" + _RANDOM)
 def temp_of(name: str) -> re.Pattern[str]:
     """The names of the temporary files an atomic write of `name` goes through."""
     return re.compile(re.escape(f".{name}") + _RANDOM)
+
+
+def install_inplace(result: BuildResult) -> list[Path]:
+    """Copy each staged library into `<pkg>/<kernel>/` and write `<pkg>/_kernelpack.json`.
+
+    Each copy is atomic; a library of another ABI left from an earlier build (e.g. a classic
+    `_C.cpython-311-….so` that would shadow a new `_C.abi3.so`) is removed afterwards.
+    Returns the files that changed.
+    """
+    with build_lock(result.build_dir) if result.build_dir else nullcontext():
+        try:
+            return _install(result)
+        except OSError as exc:
+            raise BuildError(f"{exc.filename or 'install'}: {exc.strerror or exc}") from None
+
+
+def _install(result: BuildResult) -> list[Path]:
+    package_dir = result.plan.manifest.package_dir
+    changed: list[Path] = []
+    for name, staged in result.libraries.items():
+        kernel = result.plan.kernel(name)
+        destination = package_dir / library_path(kernel, package_dir)
+        if install_library(staged, destination):
+            changed.append(destination)
+        stale = re.compile(rf"^{re.escape(kernel.spec.module)}(\..*)?\.so$")
+        for other in destination.parent.iterdir():
+            if other != destination and stale.match(other.name):
+                other.unlink()
+                changed.append(other)
+    for relative, staged in result.generated.items():
+        destination = package_dir / relative
+        if install_file(staged, destination):
+            changed.append(destination)
+    record_path = package_dir / RECORD_FILENAME
+    text = result.record.dumps()
+    if read_bytes(record_path) != text.encode("utf-8"):
+        result.record.write(record_path)
+        changed.append(record_path)
+    return changed
+
+
+def read_bytes(path: Path) -> bytes | None:
+    """The content of the regular file `path`; None for anything else."""
+    try:
+        if not path.is_file():
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def install_file(source: Path, destination: Path) -> bool:

@@ -3,7 +3,8 @@
 On a terminal a table is a rich `Table`. Anywhere else (a pipe, a CI log, a file) it is one
 plain line per row, columns padded but never wrapped or folded, whatever the width (`COLUMNS`
 included): a CI log keeps each reason on the line of its kernel, and `grep` finds it. The
-build summary ends with one line saying what the build did (`outcome`).
+build summary ends with one line saying what the build did (`outcome`); before a build, one
+line says which build variables were set and what they did (`settings_line`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ from rich.text import Text
 from kernelpack_runtime.record import BuiltKernel, SkippedKernel
 
 if TYPE_CHECKING:
-    from kernelpack.builder.engine import BuildResult
+    from kernelpack.builder.outputs import BuildResult
+    from kernelpack.plan import BuildPlan
 
-__all__ = ["console", "outcome", "plain_lines", "print_result_line", "print_summary", "print_table"]
+__all__ = [
+    "console",
+    "outcome",
+    "plain_lines",
+    "print_result_line",
+    "print_summary",
+    "print_table",
+    "settings_line",
+]
 
 _GAP = "  "
 
@@ -139,3 +149,32 @@ def print_result_line(result: BuildResult, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def settings_line(
+    plan: BuildPlan, jobs: int, cap: int | None, *, verbose: bool = False
+) -> str | None:
+    """`MAX_JOBS=2: 2 jobs; TORCH_CUDA_ARCH_LIST=9.0: rmsnorm 9.0a, moe none (not-selected)`;
+    None when neither variable is set (verbose: always a line)."""
+    if cap is None and plan.archs is None and not verbose:
+        return None
+    parts = [
+        f"MAX_JOBS={cap}: {_jobs(jobs)}" if cap is not None else f"{_jobs(jobs)} (MAX_JOBS unset)"
+    ]
+    if plan.archs is None:
+        parts.append("archs as declared (TORCH_CUDA_ARCH_LIST and KERNELPACK_ARCH unset)")
+    else:
+        shown = []
+        for kernel in plan.kernels:
+            if kernel.build:
+                shown.append(f"{kernel.name} {' '.join(str(a) for a in kernel.archs)}")
+            elif (
+                kernel.skip is not None and kernel.skip.code == "not-selected" and not kernel.archs
+            ):
+                shown.append(f"{kernel.name} none (not-selected)")
+        parts.append(f"{plan.archs.describe()}: {', '.join(shown) or 'no kernel'}")
+    return "kernelpack: " + "; ".join(parts)
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"

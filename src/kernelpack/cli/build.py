@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from kernelpack.errors import UsageError
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     from kernelpack.backend.metadata import validate_project
-    from kernelpack.builder import engine
+    from kernelpack.builder import engine, install
     from kernelpack.cli import _render as report
 
     if args.jobs is not None and args.jobs < 1:
@@ -71,11 +72,12 @@ def _run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         stream=sys.stderr,
         output=output,
+        announce=partial(report.settings_line, verbose=output == "verbose"),
     )
     console = report.console(stderr=True)
     summary = report.print_result_line if args.quiet else report.print_summary
     if args.inplace:
-        engine.install_inplace(result)
+        install.install_inplace(result)
         summary(result, console)
         return 0
     from kernelpack.backend.wheel import write_wheel

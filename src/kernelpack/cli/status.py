@@ -53,7 +53,7 @@ def sources_changed(record: BuildRecord, package_dir: Path) -> dict[str, bool]:
     """
     if not (package_dir / MANIFEST_NAME).is_file():
         return {}
-    from kernelpack.builder.engine import sources_sha256
+    from kernelpack.builder.outputs import sources_sha256
 
     try:
         manifest = locate(package_dir / MANIFEST_NAME).load_manifest(allow_missing_sources=True)

@@ -9,12 +9,25 @@ on their own too, so the files also run where the plugin is not installed.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device-log",
+        metavar="DIR",
+        help="after each test, append the CUDA device it ran on (current device, its UUID, "
+        "CUDA_VISIBLE_DEVICES, the xdist worker) as a JSON line to a file under DIR "
+        "(scripts/gpu-check checks them against the --kernels-gpus layout)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,3 +71,28 @@ def _seeded() -> Iterator[None]:
     """Fresh random data per test, reproducible per test."""
     torch.manual_seed(0x5EED)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _device_log(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With `--device-log DIR`: where the test ran, read after it (CUDA is initialised then)."""
+    yield
+    folder = request.config.getoption("device_log", None)
+    if folder is None:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    record: dict[str, object] = {
+        "test": request.node.nodeid,
+        "worker": worker,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device": None,
+        "uuid": None,
+    }
+    if torch.cuda.is_initialized():
+        index = torch.cuda.current_device()
+        record["device"] = index
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        record["uuid"] = None if uuid is None else str(uuid)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with (Path(folder) / f"{worker}-{os.getpid()}.jsonl").open("a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\n")

@@ -45,6 +45,9 @@ RUNTIME_THIRD_PARTY = {
     "packaging": "kernelpack_runtime",
     # the plugin is pytest's: it is loaded only by pytest
     "pytest": "kernelpack_runtime.testing.plugin",
+    # pytest-xdist and its transport, asked only when xdist runs (--kernels-gpus): lazy
+    "xdist": "kernelpack_runtime.testing.plugin",
+    "execnet": "kernelpack_runtime.testing.plugin",
     # a kernel's library needs torch loaded first; imported when a kernel is, never at import
     "torch": "kernelpack_runtime.loader",
 }
@@ -238,7 +241,7 @@ def test_runtime_imports_only_the_standard_library_and_packaging() -> None:
         allowed = where is not None and (
             imp.importer == where or imp.importer.startswith(where + ".")
         )
-        if top == "torch":
+        if top in ("torch", "xdist", "execnet"):
             allowed = allowed and imp.lazy
         if not allowed:
             found.append(f"{imp.importer}:{imp.line} imports {imp.target}")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes.nvml import build_fake_nvml
 
 from kernelpack_runtime import device
 from kernelpack_runtime.device import DeviceFacts, _Nvml, _visible_handles, nvml_probe
@@ -95,44 +96,6 @@ def test_set_default_probe_returns_the_previous_one() -> None:
     assert device.default_probe() is not mine
 
 
-FAKE_NVML = r"""
-#include <stdlib.h>
-#include <string.h>
-#include <stdio.h>
-/* A stand-in libnvidia-ml.so.1: GPUs from FAKE_NVML_CAPS ("9.0,8.0"), driver FAKE_NVML_DRIVER. */
-static int ncaps(void) {
-    const char* caps = getenv("FAKE_NVML_CAPS");
-    if (!caps || !*caps) return 0;
-    int n = 1;
-    for (const char* p = caps; *p; ++p) n += *p == ',';
-    return n;
-}
-static void cap(int i, int* major, int* minor) {
-    const char* p = getenv("FAKE_NVML_CAPS");
-    while (i-- > 0) p = strchr(p, ',') + 1;
-    sscanf(p, "%d.%d", major, minor);
-}
-int nvmlInit_v2(void) { return getenv("FAKE_NVML_INIT_FAILS") ? 9 : 0; }
-int nvmlShutdown(void) { return 0; }
-const char* nvmlErrorString(int r) { return r == 9 ? "Driver Not Loaded" : "Unknown Error"; }
-int nvmlSystemGetCudaDriverVersion(int* v) { *v = atoi(getenv("FAKE_NVML_DRIVER")); return 0; }
-int nvmlDeviceGetCount_v2(unsigned* n) { *n = (unsigned)ncaps(); return 0; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** h) {
-    if ((int)i >= ncaps()) return 2;
-    *h = (void*)(size_t)(i + 1); return 0;
-}
-int nvmlDeviceGetHandleByUUID(const char* u, void** h) { return 6; }
-int nvmlDeviceGetName(void* h, char* b, unsigned n) {
-    snprintf(b, n, "Fake GPU %zu", (size_t)h - 1); return 0;
-}
-int nvmlDeviceGetUUID(void* h, char* b, unsigned n) {
-    snprintf(b, n, "GPU-fake-%zu", (size_t)h - 1); return 0;
-}
-int nvmlDeviceGetCudaComputeCapability(void* h, int* major, int* minor) {
-    cap((int)((size_t)h - 1), major, minor); return 0;
-}
-"""
-
 PROBE = (
     "import json; from kernelpack_runtime.device import nvml_probe; f = nvml_probe(); "
     "print(json.dumps([[d.index, d.name, list(d.capability)] for d in f.devices]"
@@ -142,21 +105,9 @@ PROBE = (
 
 @pytest.fixture(scope="module")
 def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("gcc") is None:
+    folder = build_fake_nvml(tmp_path_factory.mktemp("nvml"))
+    if folder is None:
         pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
-    folder = tmp_path_factory.mktemp("nvml")
-    (folder / "nvml.c").write_text(FAKE_NVML)
-    subprocess.run(
-        [
-            "gcc",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(folder / "libnvidia-ml.so.1"),
-            str(folder / "nvml.c"),
-        ],
-        check=True,
-    )
     return folder
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from kernelpack import __version__
 from kernelpack.cli import main
+from kernelpack.errors import UsageError
+from kernelpack.release.workflow import gpu_count_of
 
 OUT = Path(".github/workflows/build_kernels.yaml")
 
@@ -218,3 +220,89 @@ def test_kernelpack_version_comes_from_the_lock(repo: Path) -> None:
     text = _write()
     assert '"kernelpack==0.0.9"' in text
     assert f'"kernelpack=={__version__}"' not in text
+
+
+def _smoke(text: str) -> str:
+    return text.split("\n  smoke:\n", 1)[1].split("\n  publish:\n", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("label", "count"),
+    [
+        ("linux-h100-4x", 4),
+        ("gpu-x8", 8),
+        ("linux_2gpus", 2),
+        ("ci.1gpu", 1),
+        ("linux-h100", None),
+        ("linux.g5.4xlarge.nvidia.gpu", None),
+    ],
+)
+def test_gpu_count_is_read_from_a_label_part(label: str, count: int | None) -> None:
+    assert gpu_count_of(label) == count
+
+
+def test_a_label_stating_two_gpu_counts_is_refused() -> None:
+    with pytest.raises(UsageError, match="states 2, 4 GPUs; pass --gpu-count N"):
+        gpu_count_of("a-2x-4x")
+
+
+def test_smoke_job_runs_the_gpu_tests_one_worker_per_gpu_the_label_states(repo: Path) -> None:
+    smoke = _smoke(_write("--gpu-runner", "linux-h100-4x", "--gpu-tests", "deps/my-ops/tests"))
+    assert "- uses: actions/checkout@v4" in smoke.split("download-artifact", 1)[0]
+    assert 'uv pip install --python "$RUNNER_TEMP/smoke" "pytest" "pytest-xdist"' in smoke
+    assert (
+        '"$RUNNER_TEMP/smoke/bin/pytest" deps/my-ops/tests -p no:cacheprovider --kernels-require'
+        ' -n 4 --kernels-gpus auto\n          -m "not gpus"'
+    ) in smoke
+    # The gpus(n) tests, after, in one process holding every GPU; required on this runner.
+    assert "-p no:cacheprovider --kernels-require -m gpus" in smoke
+
+
+def test_gpu_count_option_wins_over_the_label(repo: Path) -> None:
+    text = _write(
+        "--gpu-runner", "linux-h100-4x", "--gpu-count", "8", "--gpu-tests", "deps/my-ops/tests"
+    )
+    assert "-n 8 --kernels-gpus auto" in _smoke(text)
+
+
+def test_one_gpu_runner_runs_the_gpu_tests_in_one_process(repo: Path) -> None:
+    smoke = _smoke(_write("--gpu-runner", "linux-h100", "--gpu-tests", "deps/my-ops/tests"))
+    assert "--kernels-gpus" not in smoke
+    assert '--kernels-require\n          -m "not gpus"' in smoke
+    # A one-GPU runner cannot hold a gpus(2) test: those skip, with their reason.
+    assert "-p no:cacheprovider -m gpus" in smoke
+
+
+def test_without_gpu_tests_the_smoke_job_runs_no_pytest(repo: Path) -> None:
+    smoke = _smoke(_write("--gpu-runner", "linux-h100-4x"))
+    assert "pytest" not in smoke
+    assert "actions/checkout" not in smoke
+
+
+def test_test_runners_come_from_the_lock(repo: Path) -> None:
+    (repo / "uv.lock").write_text(
+        'version = 1\n[[package]]\nname = "pytest"\nversion = "8.3.5"\n'
+        '[[package]]\nname = "pytest-xdist"\nversion = "3.6.1"\n'
+    )
+    smoke = _smoke(_write("--gpu-runner", "linux-h100", "--gpu-tests", "deps/my-ops/tests"))
+    assert '"pytest==8.3.5" "pytest-xdist==3.6.1"' in smoke
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gpu-tests", "deps/my-ops/tests"], "--gpu-tests needs --gpu-runner LABEL"),
+        (["--gpu-count", "2"], "--gpu-count needs --gpu-runner LABEL"),
+        (["--gpu-runner", "g", "--gpu-count", "0"], "--gpu-count 0: expected a number of GPUs"),
+        (["--gpu-runner", "g", "--gpu-tests", "nope"], "--gpu-tests nope: no such file or folder"),
+        (["--gpu-runner", "g", "--gpu-tests", "t p"], "--gpu-tests t p: holds a space"),
+    ],
+)
+def test_bad_gpu_test_options_exit_2(
+    repo: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    (repo / "t p").mkdir()
+    assert main(["ci", "deps/my-ops", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

@@ -43,7 +43,12 @@ createLinter().then((lint) => {
 
 OPTIONS = {
     "cache": [[], ["--cache", "s3", "--s3-bucket", "team-cache"], ["--cache", "none"]],
-    "gpu": [[], ["--gpu-runner", "linux-gpu-h100"]],
+    "gpu": [
+        [],
+        ["--gpu-runner", "linux-gpu-h100"],
+        ["--gpu-runner", "linux-gpu-h100", "--gpu-tests", "deps/my-ops/tests"],
+        ["--gpu-runner", "linux-gpu-h100-4x", "--gpu-tests", "deps/my-ops/tests"],
+    ],
     "torch": [[], ["--torch", "2.10.0,2.11.0"]],
     "python": [[], ["--python", "3.11,3.12"]],
 }
@@ -124,5 +129,5 @@ def test_every_option_combination_passes_actionlint(
         for path in _workflows(tmp_path, abi, submodule, lock)
     ]
     capsys.readouterr()
-    assert len(files) == 8 * 3 * 2 * 2 * 2
+    assert len(files) == 8 * 3 * 4 * 2 * 2
     assert _lint(files) == []

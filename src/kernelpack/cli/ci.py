@@ -77,6 +77,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the machine of that runner, whose wheels it tests (default: x86_64)",
     )
     parser.add_argument(
+        "--gpu-tests",
+        type=Path,
+        metavar="PATH",
+        help="the package's GPU tests (a folder or file of this repository): the GPU job also "
+        "runs them with pytest --kernels-require",
+    )
+    parser.add_argument(
+        "--gpu-count",
+        type=int,
+        metavar="N",
+        help="GPUs of the --gpu-runner (default: the count its label states, as in "
+        "linux-h100-4x, 4x, x4, 4gpu; else 1); more than one runs the GPU tests with one "
+        "pytest-xdist worker per GPU (-n N --kernels-gpus auto)",
+    )
+    parser.add_argument(
         "--kernelpack-version",
         help="kernelpack version the jobs install (default: uv.lock's, else this one)",
     )
@@ -107,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         s3_endpoint=args.s3_endpoint,
         gpu_runner=args.gpu_runner,
         gpu_machine=args.gpu_machine,
+        gpu_tests=args.gpu_tests,
+        gpu_count=args.gpu_count,
         kernelpack=args.kernelpack_version,
     )
     text = workflow.text()

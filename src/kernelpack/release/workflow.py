@@ -10,8 +10,12 @@ and compiles through sccache: the GitHub Actions cache backend by default (the
 from `uv.lock` (or the `torch` list given), kernelpack from `uv.lock` (or the one writing the
 workflow), sccache and every action by version. A smoke-test job on the GPU runner the user
 names installs each wheel into a fresh venv with its torch and runs
-`kernelpack status --require`. The wheels are uploaded as artifacts, attached to a release
-when given `release_tag`, and the `kernelpack pin` lines are printed into the job summary.
+`kernelpack status --require`, then, given the package's GPU tests, runs them with
+`--kernels-require`: on a runner with several GPUs (`gpu_count`, or a count its label states)
+one pytest-xdist worker per GPU (`-n N --kernels-gpus auto`), and the tests marked `gpus(n)`
+afterwards in one process that holds every GPU. The wheels are uploaded as artifacts, attached
+to a release when given `release_tag`, and the `kernelpack pin` lines are printed into the job
+summary.
 
 A kernel project vendored as a git submodule triggers the workflow through its gitlink path
 (`deps/x`), never `deps/x/**`: the superproject tracks no file below a submodule, so a `**`
@@ -31,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from kernelpack import __version__
 from kernelpack.errors import UsageError
+from kernelpack.project._shell import unsafe
 from kernelpack.project._toml import read_toml
 from kernelpack.project.locate import Project
 
@@ -43,6 +48,7 @@ __all__ = [
     "SCCACHE_VERSION",
     "Workflow",
     "gitlinks",
+    "gpu_count_of",
 ]
 
 #: Where `kernelpack ci` writes the workflow, relative to the repository root.
@@ -90,6 +96,25 @@ def gitlinks(repo: Path) -> tuple[PurePosixPath, ...]:
         for line in result.stdout.splitlines()
         if len(line.split(maxsplit=1)) == 2
     )
+
+
+def gpu_count_of(label: str) -> int | None:
+    """How many GPUs a runner label states: a part (between `-`, `_` or `.`) `<N>x`, `x<N>`,
+    `<N>gpu` or `<N>gpus`, as in `linux-h100-4x` or `gpu-8x`; None when no part does.
+
+    `UsageError` when two parts state different counts. `linux.g5.4xlarge` states none: a
+    part must be exactly one of those shapes.
+    """
+    counts = {
+        int(match[1] or match[2])
+        for part in re.split(r"[-_.]", label.lower())
+        if (match := re.fullmatch(r"(\d+)(?:x|gpus?)|x(\d+)", part))
+    }
+    counts.discard(0)
+    if len(counts) > 1:
+        found = ", ".join(map(str, sorted(counts)))
+        raise UsageError(f"--gpu-runner {label!r}: states {found} GPUs; pass --gpu-count N")
+    return counts.pop() if counts else None
 
 
 def _locked(lock: Path) -> dict[str, str]:
@@ -166,6 +191,12 @@ class Workflow:
     """The runner label of the smoke-test job (none: no smoke test)."""
     gpu_machine: str = "x86_64"
     """The machine of that runner: its wheels are the ones smoke-tested."""
+    gpu_tests: PurePosixPath | None = None
+    """The package's GPU tests (relative to the repository root), run by the smoke-test job."""
+    gpu_count: int = 1
+    """How many GPUs the smoke-test runner has: more than one runs the tests one worker per GPU."""
+    test_requirements: tuple[str, ...] = ("pytest", "pytest-xdist")
+    """What the smoke-test job installs to run the GPU tests (versions from `uv.lock` if any)."""
 
     @classmethod
     def of(
@@ -184,6 +215,8 @@ class Workflow:
         s3_endpoint: str | None = None,
         gpu_runner: str | None = None,
         gpu_machine: str = "x86_64",
+        gpu_tests: Path | None = None,
+        gpu_count: int | None = None,
         kernelpack: str | None = None,
     ) -> Workflow:
         """Describe the workflow for `project` in repository `repo`; `UsageError` for bad input.
@@ -193,7 +226,9 @@ class Workflow:
         builds one `abi3` wheel per machine, with the first Python and torch. `cuda` defaults
         to the CUDA of the locked torch (`2.11.0+cu128`: 12.8), else to `DEFAULT_CUDA`.
         `python` is one version or a comma-separated list. `kernelpack` defaults to the
-        version in the lock, else to this one.
+        version in the lock, else to this one. `gpu_tests` (a folder or file in `repo`) adds
+        a pytest run of them to the smoke test; `gpu_count` defaults to the count the
+        `gpu_runner` label states (`gpu_count_of`), else 1.
         """
         lock = repo / "uv.lock"
         locked = _locked(lock) if lock.is_file() else {}
@@ -220,6 +255,7 @@ class Workflow:
         if gpu_machine not in dict(_RUNNERS):
             known = ", ".join(machine for machine, _ in _RUNNERS)
             raise UsageError(f"--gpu-machine {gpu_machine!r}: expected one of {known}")
+        tests, count = _gpu_tests(repo, gpu_runner, gpu_tests, gpu_count)
         project_dir = _posix(project.root, repo)
         holder = next(
             (link for link in gitlinks(repo) if project_dir == link or link in project_dir.parents),
@@ -243,6 +279,12 @@ class Workflow:
             s3_endpoint=s3_endpoint,
             gpu_runner=gpu_runner,
             gpu_machine=gpu_machine,
+            gpu_tests=tests,
+            gpu_count=count,
+            test_requirements=tuple(
+                f"{name}=={locked[name]}" if name in locked else name
+                for name in ("pytest", "pytest-xdist")
+            ),
         )
 
     @property
@@ -312,16 +354,32 @@ class Workflow:
             f'          version: "{SCCACHE_VERSION}"'
         )
 
-    def _smoke(self) -> str:
+    def _smoke(self, submodules: str) -> str:
         if self.gpu_runner is None:
             return ""
         machines = tuple((m, r) for m, r in _RUNNERS if m == self.gpu_machine)
+        checkout = tests = requirements = ""
+        if self.gpu_tests is not None:
+            checkout = _SMOKE_CHECKOUT.substitute(submodules=submodules)
+            requirements = '\n          uv pip install --python "$RUNNER_TEMP/smoke"' + "".join(
+                f' "{r}"' for r in self.test_requirements
+            )
+            several = self.gpu_count > 1
+            tests = _SMOKE_TESTS.substitute(
+                tests=self.gpu_tests,
+                count=self.gpu_count,
+                gpus=f"{self.gpu_count} GPUs" if several else "1 GPU",
+                xdist=f" -n {self.gpu_count} --kernels-gpus auto" if several else "",
+                several_require=" --kernels-require" if several else "",
+            )
         return _SMOKE.substitute(
             matrix=self._rows(machines, runner=self.gpu_runner),
             prefix=self.env_prefix,
             index=self.torch_index,
-            kernelpack=self.kernelpack,
+            installs=f'"kernelpack=={self.kernelpack}"' + requirements,
             package=self.package,
+            checkout=checkout,
+            tests=tests,
         )
 
     def text(self) -> str:
@@ -333,6 +391,7 @@ class Workflow:
                 f"\n# The trigger is the gitlink {self.gitlink}, not {self.gitlink}/**: no file "
                 "below a\n# submodule is tracked here, so a ** pattern would never match a bump."
             )
+        submodules = "true" if self.gitlink is not None else "false"
         return _WORKFLOW.substitute(
             header=HEADER,
             comment=comment,
@@ -342,15 +401,61 @@ class Workflow:
             matrix=self._rows(_RUNNERS),
             cache_env=self._cache_env(),
             cache_steps=self._cache_steps(),
-            submodules="true" if self.gitlink is not None else "false",
+            submodules=submodules,
             index=self.torch_index,
             kernelpack=self.kernelpack,
             project=str(self.project_dir),
             out=str(self.out),
-            smoke=self._smoke(),
+            smoke=self._smoke(submodules),
             publish_needs="[build, smoke]" if self.gpu_runner else "build",
         )
 
+
+def _gpu_tests(
+    repo: Path, runner: str | None, tests: Path | None, count: int | None
+) -> tuple[PurePosixPath | None, int]:
+    """The checked `--gpu-tests` path and the smoke runner's GPU count."""
+    if runner is None:
+        for flag, given in (("--gpu-tests", tests), ("--gpu-count", count)):
+            if given is not None:
+                raise UsageError(f"{flag} needs --gpu-runner LABEL (the runner that runs them)")
+        return None, 1
+    if count is not None and count < 1:
+        raise UsageError(f"--gpu-count {count}: expected a number of GPUs, 1 or more")
+    count = count or gpu_count_of(runner) or 1
+    if tests is None:
+        return None, count
+    path = tests if tests.is_absolute() else repo / tests
+    if not path.exists():
+        raise UsageError(f"--gpu-tests {tests}: no such file or folder")
+    relative = _posix(path, repo)
+    # The path is written into a shell command of the workflow, unquoted by GitHub.
+    why = unsafe(str(relative), "path")
+    if why is not None:
+        raise UsageError(f"--gpu-tests {tests}: {why}")
+    return relative, count
+
+
+_SMOKE_CHECKOUT = _Template("""
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{ inputs.ref }}
+          submodules: %submodules""")
+
+# The console script, not `python -m pytest`: `-m` would put the checkout first on sys.path,
+# where the package's sources could shadow the wheel under test.
+_SMOKE_TESTS = _Template("""
+      - name: GPU tests (%gpus)
+        run: >-
+          "$RUNNER_TEMP/smoke/bin/pytest" %tests -p no:cacheprovider --kernels-require%xdist
+          -m "not gpus"
+      - name: GPU tests marked gpus(n), in one process holding every GPU
+        run: |
+          status=0
+          "$RUNNER_TEMP/smoke/bin/pytest" %tests -p no:cacheprovider%several_require -m gpus \\
+            || status=$?
+          # 5: no test is marked gpus(n)
+          [ "$status" -eq 0 ] || [ "$status" -eq 5 ]""")
 
 _SMOKE = _Template("""
   smoke:
@@ -364,7 +469,7 @@ _SMOKE = _Template("""
     runs-on: ${{ matrix.runner }}
     env:
       %{prefix}_KERNELS_REQUIRE: "1"
-    steps:
+    steps:%checkout
       - uses: actions/download-artifact@v4
         with:
           name: wheels-${{ matrix.machine }}-py${{ matrix.python }}-torch${{ matrix.torch }}
@@ -376,10 +481,10 @@ _SMOKE = _Template("""
         run: |
           uv venv --python "${{ matrix.python }}" "$RUNNER_TEMP/smoke"
           uv pip install --python "$RUNNER_TEMP/smoke" --index-url %index "torch${TORCH:+==$TORCH}"
-          uv pip install --python "$RUNNER_TEMP/smoke" dist/*.whl "kernelpack==%kernelpack"
+          uv pip install --python "$RUNNER_TEMP/smoke" dist/*.whl %installs
       - name: Every kernel is available
         working-directory: ${{ runner.temp }}
-        run: '"$RUNNER_TEMP/smoke/bin/kernelpack" status %package --require'
+        run: '"$RUNNER_TEMP/smoke/bin/kernelpack" status %package --require'%tests
 """)
 
 _WORKFLOW = _Template("""\

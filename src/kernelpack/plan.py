@@ -403,6 +403,11 @@ def _skip_reason(
             f"the arch table names no archs for this {machine} machine "
             f"(only {', '.join(sorted(spec.arch))})",
         )
+    torch_bounds = _torch_bounds_reason(spec, toolchain)
+    if torch_bounds is not None:
+        return torch_bounds
+    if spec.backend == "cpu":
+        return None  # the host C++ compiler builds it: no nvcc, no arch, no CUDA torch
     if toolchain.nvcc_missing is not None or toolchain.cuda is None:
         return toolchain.nvcc_missing or Reason("nvcc-missing", "no usable nvcc")
     cuda = toolchain.cuda
@@ -444,6 +449,26 @@ def _skip_reason(
         return Reason(
             "arch-unsupported",
             f"nvcc {cuda} cannot build {', '.join(unsupported)}",
+        )
+    return None
+
+
+def _torch_bounds_reason(spec: KernelSpec, toolchain: Toolchain) -> Reason | None:
+    """A skip when the torch built against lies outside the kernel's torch bounds (a
+    `build.toml` project's `[torch] minver`/`maxver`, compared as major.minor)."""
+    torch = toolchain.torch_version
+    if torch is None or (spec.min_torch is None and spec.max_torch is None):
+        return None
+    release = Version(".".join(str(part) for part in torch.release[:2]))
+    if spec.min_torch is not None and release < spec.min_torch:
+        return Reason(
+            "platform-excluded",
+            f"needs torch >= {spec.min_torch} ([torch].minver), building against torch {torch}",
+        )
+    if spec.max_torch is not None and release > spec.max_torch:
+        return Reason(
+            "platform-excluded",
+            f"needs torch <= {spec.max_torch} ([torch].maxver), building against torch {torch}",
         )
     return None
 

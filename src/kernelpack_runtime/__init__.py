@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 from kernelpack_runtime.device import Device, DeviceFacts, Probe, set_default_probe
 from kernelpack_runtime.errors import KernelUnavailableError, MissingNativeError
 from kernelpack_runtime.reason import Reason
-from kernelpack_runtime.registry import Api, Registry, log_status, ops_namespace, registry_for
+from kernelpack_runtime.registry import (
+    Api,
+    Registry,
+    load_first,
+    log_status,
+    ops_namespace,
+    raise_unavailable,
+    registry_for,
+)
 from kernelpack_runtime.torchinfo import TorchFacts
 
 __all__ = [
@@ -29,8 +37,10 @@ __all__ = [
     "Registry",
     "TorchFacts",
     "__version__",
+    "load_first",
     "log_status",
     "ops_namespace",
+    "raise_unavailable",
     "registry_for",
     "set_default_probe",
     "stub_missing",

@@ -172,7 +172,12 @@ def _torch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | No
     if running_version is None:
         return None
     running_release = ".".join(str(p) for p in running_version.release)
-    if built.torch_cuda and running.cuda and _major(built.torch_cuda) != _major(running.cuda):
+    if (
+        kernel.backend == "cuda"
+        and built.torch_cuda
+        and running.cuda
+        and _major(built.torch_cuda) != _major(running.cuda)
+    ):
         return Reason(
             "torch-mismatch",
             f"built for a CUDA {built.torch_cuda} torch, running torch {running.version} "
@@ -222,15 +227,26 @@ def _driver_too_old(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | No
     )
 
 
+def _cuda_only(check: Check) -> Check:
+    """`check`, applied to CUDA kernels only: a CPU kernel needs no CUDA torch, device or
+    driver."""
+
+    def checked(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
+        return check(name, kernel, ctx) if kernel.backend == "cuda" else None
+
+    checked.__name__ = check.__name__
+    return checked
+
+
 #: The checks before loading, in the order of docs/runtime.md.
 CHECKS: tuple[Check, ...] = (
     _not_built,
     _disabled,
-    _no_cuda_torch,
-    _no_device,
-    _arch_mismatch,
+    _cuda_only(_no_cuda_torch),
+    _cuda_only(_no_device),
+    _cuda_only(_arch_mismatch),
     _torch_mismatch,
-    _driver_too_old,
+    _cuda_only(_driver_too_old),
 )
 
 

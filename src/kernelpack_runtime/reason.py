@@ -31,6 +31,7 @@ RUNTIME_CODES = (
     "arch-mismatch",
     "torch-mismatch",
     "driver-too-old",
+    "library-modified",
     "load-failed",
     "namespace-collision",
     "record-invalid",

@@ -55,6 +55,8 @@ RUNTIME_REQUIREMENT = "kernelpack-runtime>=0.1,<0.2"
 Abi = Literal["torch", "stable"]
 _HEX = "0123456789abcdef"
 _ABIS: tuple[Abi, ...] = ("torch", "stable")
+Backend = Literal["cuda", "cpu"]
+_BACKENDS: tuple[Backend, ...] = ("cuda", "cpu")
 
 
 class InvalidRecord(ValueError):
@@ -196,6 +198,13 @@ def _library(table: _Object) -> str:
     return text
 
 
+def _sha256(table: _Object, key: str) -> str | None:
+    digest = table.optional_string(key)
+    if digest is not None and not (len(digest) == 64 and set(digest) <= set(_HEX)):
+        raise InvalidRecord(f"{table._path(key)}: not a SHA-256 hex digest")
+    return digest
+
+
 @dataclass(frozen=True)
 class BuiltKernel:
     """A kernel the build compiled: what it needs at run time."""
@@ -211,6 +220,10 @@ class BuiltKernel:
     sources_sha256: str | None = None
     """SHA-256 over the kernel's sources and headers when it was built (see
     `kernelpack status`, which flags an in-place build whose sources changed since)."""
+    backend: Backend = "cuda"
+    """`cuda` (nvcc, needs a GPU) or `cpu` (host C++ only, usable without a GPU)."""
+    library_sha256: str | None = None
+    """SHA-256 of the installed library: `load()` checks the file against it before dlopen."""
 
     status: ClassVar[Literal["built"]] = "built"
     built: ClassVar[bool] = True
@@ -225,6 +238,8 @@ class BuiltKernel:
             "library": self.library,
             "sources_sha256": self.sources_sha256,
             "namespace": self.namespace,
+            "backend": self.backend,
+            "library_sha256": self.library_sha256,
         }
 
     @classmethod
@@ -232,9 +247,11 @@ class BuiltKernel:
         abi = table.string("abi")
         if abi not in _ABIS:
             raise InvalidRecord(f"{table._path('abi')}: {abi!r} is not one of torch, stable")
-        digest = table.optional_string("sources_sha256")
-        if digest is not None and not (len(digest) == 64 and set(digest) <= set(_HEX)):
-            raise InvalidRecord(f"{table._path('sources_sha256')}: not a SHA-256 hex digest")
+        digest = _sha256(table, "sources_sha256")
+        library_digest = _sha256(table, "library_sha256")
+        backend = table.optional_string("backend") or "cuda"
+        if backend not in _BACKENDS:
+            raise InvalidRecord(f"{table._path('backend')}: {backend!r} is not one of cuda, cpu")
         namespace = table.optional_string("namespace")
         if namespace is not None and not namespace.isidentifier():
             raise InvalidRecord(f"{table._path('namespace')}: {namespace!r} is not an identifier")
@@ -246,6 +263,8 @@ class BuiltKernel:
             stable_target=table.optional_string("stable_target"),
             ptx=bool(table.optional_bool("ptx", False)),
             sources_sha256=digest,
+            backend="cpu" if backend == "cpu" else "cuda",
+            library_sha256=library_digest,
         )
 
 

@@ -22,7 +22,7 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, Protocol
 
 from kernelpack_runtime import device, torchinfo
 from kernelpack_runtime._paths import inside
@@ -33,7 +33,19 @@ from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import FILENAME, BuildRecord, BuiltKernel, InvalidRecord
 from kernelpack_runtime.torchinfo import TorchReader
 
-__all__ = ["Api", "Registry", "log_status", "ops_namespace", "registry_for", "status_line"]
+if TYPE_CHECKING:
+    from kernelpack_runtime.loader import Library
+
+__all__ = [
+    "Api",
+    "Registry",
+    "load_first",
+    "log_status",
+    "ops_namespace",
+    "raise_unavailable",
+    "registry_for",
+    "status_line",
+]
 
 
 class _StatusFn(Protocol):
@@ -262,6 +274,13 @@ class Registry:
         )
         if trouble is not None:
             return Reason("load-failed", f"{trouble}; rebuild or reinstall; {self._hint()}")
+        modified = _modified(library, entry)
+        if modified is not None:
+            return Reason("library-modified", modified)
+        if library is not None and not _has_module(location, kernel):
+            # A library with no kernel module of its own (a build.toml project's CPU build,
+            # beside `_ops.py`): the kernel's module is the library's.
+            module = library.module
         shared = entry.namespace is not None and any(
             other != kernel
             and built.namespace == entry.namespace
@@ -285,6 +304,21 @@ class Registry:
         assert self._context is not None
         built = self._context.built_with()
         return f"built for {built}, running torch {self._context.torch.describe()}"
+
+
+def _has_module(location: Path, kernel: str) -> bool:
+    return (location / kernel).is_dir() or (location / f"{kernel}.py").is_file()
+
+
+def _modified(library: Library | None, entry: BuiltKernel) -> str | None:
+    """Why the library about to be opened is not the one the build recorded, or None (also
+    when the record has no digest or `KERNELPACK_VERIFY=0`). Only here, right before the
+    import, is a library hashed."""
+    from kernelpack_runtime import digest
+
+    if library is None or entry.library_sha256 is None or not digest.verification_enabled():
+        return None
+    return digest.mismatch(library.path, entry.library_sha256)
 
 
 _registries_lock = threading.Lock()
@@ -317,3 +351,39 @@ def ops_namespace(module_name: str) -> str:
         problem = registry.record_problem or f"the build record has no namespace for {kernel!r}"
         raise ImportError(f"{module_name}: {problem}")
     return entry.namespace
+
+
+def raise_unavailable(package: str, kernel: str) -> NoReturn:
+    """Raise `KernelUnavailableError` for `package`'s `kernel` with the registry's reason.
+
+    The build installs a module that calls this in place of a library it did not build, so
+    importing that library says why (e.g. the build's skip reason) rather than failing as a
+    missing name of a partially initialised package.
+    """
+    registry = registry_for(package)
+    reason = registry.unavailable_reason(kernel) or Reason(
+        "load-failed", f"{package}: the library of {kernel!r} is not installed"
+    )
+    raise KernelUnavailableError(kernel, reason)
+
+
+def load_first(package: str, kernels: tuple[str, ...]) -> str:
+    """Load the first of `kernels` usable here; return its recorded op namespace.
+
+    For a package with one library per backend (a `build.toml` project's CUDA and CPU
+    builds, CUDA first). None usable: `KernelUnavailableError` with the reason of the first
+    kernel the build built (else of the first kernel).
+    """
+    registry = registry_for(package)
+    record = registry.record
+    for kernel in kernels:
+        if registry.is_available(kernel):
+            registry.load(kernel)
+            entry = record.kernels[kernel] if record is not None else None
+            if entry is not None and entry.namespace:
+                return entry.namespace
+    built = [
+        k for k in kernels if record is not None and k in record.kernels and record.kernels[k].built
+    ]
+    first = (built or list(kernels))[0]
+    raise_unavailable(package, first)

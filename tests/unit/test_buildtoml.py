@@ -80,9 +80,26 @@ def test_library_module_namespace_and_ops_py_agree() -> None:
     library = manifest.kernel(buildtoml.KERNEL)
     assert library.module == library.ops == buildtoml.namespace("relu", 1)
     assert library.ops.startswith("_relu_")
+    cpu = manifest.kernel(buildtoml.CPU_KERNEL)
+    assert cpu.module == cpu.ops == f"{library.ops}_cpu"
     ops_py = manifest.generated["_ops.py"]
-    assert f"from . import {library.module}\n" in ops_py
-    assert f"ops = torch.ops.{library.ops}\n" in ops_py
+    # the build's libraries, CUDA first: the first usable one gives `ops` its namespace
+    assert f"load_first(__package__, {(buildtoml.KERNEL, buildtoml.CPU_KERNEL)!r})" in ops_py
+    assert "ops = getattr(torch.ops, NAMESPACE)\n" in ops_py
+
+
+def test_cpu_kernels_build_into_one_cpu_library_with_the_binding() -> None:
+    root = EXAMPLES / "relu"
+    manifest = locate(root).load_manifest()
+    cpu = manifest.kernel(buildtoml.CPU_KERNEL)
+    assert cpu.backend == "cpu" and cpu.skip is None
+    assert set(cpu.sources) == {
+        root / "relu_cpu" / "relu_cpu.cpp",
+        root / "torch-ext" / "torch_binding.cpp",
+        root / "torch-ext" / "torch_binding.h",
+    }
+    assert cpu.defines == {"CPU_KERNEL": "1"}
+    assert not cpu.nvcc_flags and cpu.arch == {ANY_PLATFORM: ()}
 
 
 def test_generated_ops_py_gives_ops_and_the_namespace_prefix(
@@ -107,7 +124,7 @@ def test_namespace_is_stable_and_unique_per_name_and_major_version() -> None:
 def test_kernels_of_other_backends_are_skipped_with_a_reason() -> None:
     manifest = locate(EXAMPLES / "relu").load_manifest()
     skipped = {spec.name: spec.skip for spec in manifest.kernels if spec.skip is not None}
-    assert set(skipped) == {"relu_xpu", "relu_metal", "relu_rocm", "relu_cpu"}
+    assert set(skipped) == {"relu_xpu", "relu_metal", "relu_rocm"}
     for name, reason in skipped.items():
         assert reason is not None
         assert reason.code == "platform-excluded"

@@ -106,6 +106,8 @@ KEY_VALUES: dict[str, st.SearchStrategy[Value]] = {
         ),
     ),
     "ptx": st.one_of(_good(st.booleans()), _bad(st.sampled_from(["yes", 1]))),
+    # "cpu" changes what other keys mean (no arch, no ptx, no .cu): tested in test_manifest
+    "backend": st.one_of(_good(st.just("cuda")), _bad(st.sampled_from(["gpu", "CPU", 1]))),
     "min-cuda": st.one_of(
         _good(st.sampled_from(["12.8", "13.0", "11.8.1"])),
         _bad(st.sampled_from(["twelve", 12, "12"])),

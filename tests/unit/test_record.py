@@ -51,6 +51,8 @@ SCHEMA_2 = {
             "library": "rmsnorm/_C.abi3.so",
             "sources_sha256": "ab" * 32,
             "namespace": "llm_ops_rmsnorm",
+            "backend": "cuda",
+            "library_sha256": "cd" * 32,
         },
         "flash_moe": {
             "status": "skipped",
@@ -89,6 +91,7 @@ def test_the_typed_record_writes_exactly_the_wire_format() -> None:
                 library="rmsnorm/_C.abi3.so",
                 sources_sha256="ab" * 32,
                 namespace="llm_ops_rmsnorm",
+                library_sha256="cd" * 32,
             ),
             "flash_moe": SkippedKernel(
                 Reason("arch-unsupported", "nvcc 12.4 cannot build sm_100a")
@@ -96,6 +99,24 @@ def test_the_typed_record_writes_exactly_the_wire_format() -> None:
         },
     )
     assert json.loads(record.dumps()) == SCHEMA_2
+
+
+def test_a_record_without_backend_or_library_digest_reads_as_cuda_unverified() -> None:
+    data = copy.deepcopy(SCHEMA_2)
+    del data["kernels"]["rmsnorm"]["backend"], data["kernels"]["rmsnorm"]["library_sha256"]
+    built = BuildRecord.from_json(data).kernels["rmsnorm"]
+    assert isinstance(built, BuiltKernel)
+    assert built.backend == "cuda" and built.library_sha256 is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("backend", "gpu"), ("library_sha256", "xyz"), ("library_sha256", 3)]
+)
+def test_a_bad_backend_or_library_digest_is_invalid(key: str, value: object) -> None:
+    data = copy.deepcopy(SCHEMA_2)
+    data["kernels"]["rmsnorm"][key] = value
+    with pytest.raises(InvalidRecord, match=f"kernels.rmsnorm.{key}"):
+        BuildRecord.from_json(data)
 
 
 def test_built_and_skipped_kernels_are_distinct_types() -> None:

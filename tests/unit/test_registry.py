@@ -124,7 +124,12 @@ def test_load_is_idempotent(root: Path) -> None:
 def test_checks_are_declared_in_the_documented_order() -> None:
     names = [check.__name__.strip("_").replace("_", "-") for check in CHECKS]
     assert names == list(RUNTIME_CODES[: len(names)])
-    assert RUNTIME_CODES[len(names) :] == ("load-failed", "namespace-collision", "record-invalid")
+    assert RUNTIME_CODES[len(names) :] == (
+        "library-modified",
+        "load-failed",
+        "namespace-collision",
+        "record-invalid",
+    )
 
 
 # -- not-built ----------------------------------------------------------------------------------

@@ -26,7 +26,13 @@ from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
-from kernelpack.builder.outputs import BuildResult, build_record, library_name
+from kernelpack.builder.outputs import (
+    BuildResult,
+    build_record,
+    library_name,
+    unavailable_stub,
+    unavailable_stub_path,
+)
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
@@ -100,9 +106,10 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         _remove_stale_temps(plan, build_dir)
         generated = _write_generated(plan, build_dir)
         if plan.to_build:
-            nvcc = plan.toolchain.nvcc
-            if nvcc is None:
-                raise BuildError("nvcc is needed to build kernels but none was found")
+            cuda = any(k.spec.backend == "cuda" for k in plan.to_build)
+            if plan.toolchain.nvcc is None and cuda:
+                raise BuildError("nvcc is needed to build CUDA kernels but none was found")
+            nvcc = plan.toolchain.nvcc or Path("nvcc")  # CPU kernels only: no edge runs it
             nodes = _graph_kernels(plan, build_dir, options.root.absolute())
             libraries = {node.name: build_dir / node.library for node in nodes}
             graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, environ)
@@ -110,7 +117,12 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
         else:
             _write_compdb(build_dir, [])
         record = build_record(
-            plan, cap=cap, environ=environ, env_prefix=options.env_prefix, cache=stats
+            plan,
+            cap=cap,
+            environ=environ,
+            env_prefix=options.env_prefix,
+            cache=stats,
+            libraries=libraries,
         )
     return BuildResult(
         plan=plan,
@@ -375,7 +387,14 @@ def _write_headers(kernel: KernelPlan, build_dir: Path) -> tuple[Path, ...]:
 def _write_generated(plan: BuildPlan, build_dir: Path) -> dict[str, Path]:
     """Stage the manifest's generated package files (`_ops.py`) in the build folder."""
     staged: dict[str, Path] = {}
-    for relative, text in plan.manifest.generated.items():
+    files = dict(plan.manifest.generated)
+    package_dir = plan.manifest.package_dir
+    for kernel in plan.skipped:
+        if kernel.spec.sources or kernel.spec.missing_sources:
+            files[unavailable_stub_path(kernel, package_dir)] = unavailable_stub(
+                kernel, package_dir
+            )
+    for relative, text in files.items():
         path = build_dir / "gen" / "package" / relative
         _write_if_changed(path, text)
         staged[relative] = path

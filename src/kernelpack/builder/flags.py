@@ -78,13 +78,12 @@ def kernel_flags(
         raise BuildError(f"torch's extension flags are needed to build kernels: {why}")
     spec = kernel.spec
     stable = spec.abi == "stable"
+    cpu = spec.backend == "cpu"
     defines = [f"-DKERNELPACK_NS={spec.ops}", f"-DTORCH_EXTENSION_NAME={spec.module}"]
     if stable:
-        defines += [
-            f"-DTORCH_TARGET_VERSION={stable_target_hex(spec.stable_target)}",
-            "-DUSE_CUDA",
-            f"-DPy_LIMITED_API={limited_api_hex(limited_api)}",
-        ]
+        defines += [f"-DTORCH_TARGET_VERSION={stable_target_hex(spec.stable_target)}"]
+        defines += [] if cpu else ["-DUSE_CUDA"]
+        defines += [f"-DPy_LIMITED_API={limited_api_hex(limited_api)}"]
     else:
         defines += [
             "-DTORCH_API_INCLUDE_EXTENSION_H",
@@ -119,10 +118,10 @@ def kernel_flags(
     if stable:
         # Only torch's extern "C" shim is used; --as-needed drops the libraries it does not
         # touch, and nothing ties the .so to one torch's C++ symbols.
-        libraries = [f"-l{lib}" for lib in torch.stable_libraries]
+        libraries = [f"-l{lib}" for lib in _for_backend(torch.stable_libraries, cpu=cpu)]
         ldflags += ["-Wl,--as-needed", *libraries, "-Wl,--no-as-needed"]
     else:
-        ldflags += [f"-l{lib}" for lib in torch.libraries]
+        ldflags += [f"-l{lib}" for lib in _for_backend(torch.libraries, cpu=cpu)]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
     return KernelFlags(
         defines=tuple(defines),
@@ -134,3 +133,12 @@ def kernel_flags(
         heavy=not stable,
         threads=threads,
     )
+
+
+def _for_backend(libraries: tuple[str, ...], *, cpu: bool) -> tuple[str, ...]:
+    """torch's extension libraries for a backend: a CPU kernel links none of the CUDA ones
+    (`cudart`, `c10_cuda`, `torch_cuda`), as `CppExtension` does, so it loads under a
+    CPU-only torch too."""
+    if not cpu:
+        return libraries
+    return tuple(lib for lib in libraries if "cuda" not in lib)

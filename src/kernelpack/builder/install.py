@@ -22,7 +22,12 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 from kernelpack.builder.lock import build_lock
-from kernelpack.builder.outputs import BuildResult, library_path
+from kernelpack.builder.outputs import (
+    STUB_HEADER,
+    BuildResult,
+    library_path,
+    unavailable_stub_path,
+)
 from kernelpack.errors import BuildError
 from kernelpack_runtime._files import copy_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
@@ -71,6 +76,12 @@ def _install(result: BuildResult) -> list[Path]:
         destination = package_dir / library_path(kernel, package_dir)
         if install_library(staged, destination):
             changed.append(destination)
+        stub = package_dir / unavailable_stub_path(kernel, package_dir)
+        if read_bytes(stub) is not None and stub.read_text("utf-8", "replace").startswith(
+            STUB_HEADER
+        ):
+            stub.unlink()  # a stand-in left by a build that skipped the kernel
+            changed.append(stub)
         stale = re.compile(rf"^{re.escape(kernel.spec.module)}(\..*)?\.so$")
         for other in destination.parent.iterdir():
             if other != destination and stale.match(other.name):

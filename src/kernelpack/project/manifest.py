@@ -53,6 +53,7 @@ __all__ = [
     "KEYS",
     "MAX_KERNELS",
     "Abi",
+    "Backend",
     "KernelSpec",
     "Key",
     "Manifest",
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 Abi = Literal["torch", "stable"]
+Backend = Literal["cuda", "cpu"]
 
 #: Platform names (`platform.machine()`) a manifest may name.
 ALL_PLATFORMS = PLATFORMS
@@ -141,6 +143,17 @@ class KernelSpec:
             "classic `at::Tensor` (wheel tied to one torch) or the LibTorch stable ABI (one "
             "wheel for torch >= `stable-target`)",
             {"enum": ["torch", "stable"]},
+        ),
+    )
+    backend: Backend = field(
+        default="cuda",
+        metadata=key_metadata(
+            "backend",
+            '`"cuda"` or `"cpu"`',
+            '`"cuda"`',
+            "`cpu`: plain C++ compiled by the host compiler (no nvcc, no `arch`); usable "
+            "without a GPU",
+            {"enum": ["cuda", "cpu"]},
         ),
     )
     description: str = field(
@@ -278,6 +291,11 @@ class KernelSpec:
     library is `_<name>_<hash>`, as kernel-builder names it."""
     max_cuda: Version | None = None
     """Skip (`cuda-mismatch`) when nvcc is newer (`build.toml`'s `[general.cuda].maxver`)."""
+    min_torch: Version | None = None
+    """Skip (`platform-excluded`) when building against an older torch (major.minor;
+    `build.toml`'s `[torch].minver`)."""
+    max_torch: Version | None = None
+    """Skip (`platform-excluded`) when building against a newer torch (`[torch].maxver`)."""
     loose_archs: bool = False
     """`arch` is a wish list (`build.toml`): build the archs this nvcc can build and skip
     (`arch-unsupported`) only when none is left."""
@@ -567,6 +585,12 @@ def _ops(reader: _Reader) -> str:
 
 
 def _arch(reader: _Reader) -> Mapping[str, tuple[Arch, ...]]:
+    if reader.table.data.get("backend") == "cpu":
+        if "arch" in reader.table.data:
+            raise reader.table.error(
+                "arch", "is for CUDA kernels", 'expected no arch with backend = "cpu"'
+            )
+        return {ANY_PLATFORM: ()}
     arch = reader.table.arch("arch") or reader.context.settings.arch
     if arch is None:
         raise reader.table.error(
@@ -578,6 +602,24 @@ def _arch(reader: _Reader) -> Mapping[str, tuple[Arch, ...]]:
 def _abi(reader: _Reader) -> Abi:
     abi = reader.table.choice("abi", ("torch", "stable"))
     return cast(Abi, abi or reader.context.settings.abi or "torch")
+
+
+def _backend(reader: _Reader) -> Backend:
+    backend = cast(Backend, reader.table.choice("backend", ("cuda", "cpu")) or "cuda")
+    if backend == "cpu":
+        for key in ("ptx", "nvcc-flags"):
+            if key in reader.table.data:
+                raise reader.table.error(
+                    key, "is for CUDA kernels", 'expected no such key with backend = "cpu"'
+                )
+        for entry in reader.table.strings("sources", expected="paths or globs"):
+            if entry.endswith(".cu"):
+                raise reader.table.error(
+                    "sources",
+                    f'"{entry}" is CUDA source',
+                    'expected C++ sources (.cpp, .cc) with backend = "cpu"',
+                )
+    return backend
 
 
 def _stable_target(reader: _Reader) -> Version:
@@ -795,6 +837,7 @@ _PARSERS: Mapping[str, Callable[[_Reader], object]] = {
     "sources": _sources,
     "arch": _arch,
     "abi": _abi,
+    "backend": _backend,
     "description": lambda reader: reader.table.string("description") or "",
     "include_dirs": _include_dirs,
     "cxx_std": _cxx_std,

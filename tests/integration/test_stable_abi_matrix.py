@@ -127,7 +127,7 @@ def _build(build: tuple[str, str], tmp: pytest.TempPathFactory) -> Path:
     )
     if result.returncode != 0 and "No module named" in result.stderr and python != sys.executable:
         pytest.skip(f"{python}: kernelpack's dependencies are missing: {result.stderr[-200:]}")
-    refused = re.search(r"cuda-mismatch: [^\n]*", result.stdout + result.stderr)
+    refused = re.search(r"cuda-mismatch[:,] [^\n]*", result.stdout + result.stderr)
     if result.returncode != 0 and refused:
         # torch 2.10 from PyPI is a CUDA 12.8 build: a CUDA 13 nvcc is refused with a reason.
         raise _BuildRefused(refused.group(0))

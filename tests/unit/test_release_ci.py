@@ -204,6 +204,8 @@ def test_smoke_job_installs_each_wheel_with_its_torch_on_the_gpu_runner(
     assert '"torch${TORCH:+==$TORCH}"' in smoke
     assert f'dist/*.whl "kernelpack=={__version__}"' in smoke
     assert 'kernelpack" status my_ops --require' in smoke
+    refusals = smoke.index("-m kernelpack_runtime.testing.refusals my_ops")
+    assert smoke.index("status my_ops --require") < refusals
     assert "needs: [build, smoke]" in text
 
 

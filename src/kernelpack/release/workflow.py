@@ -459,7 +459,8 @@ _SMOKE_TESTS = _Template("""
 
 _SMOKE = _Template("""
   smoke:
-    # Each wheel, installed into a fresh venv with its torch, on a GPU: every kernel must load.
+    # Each wheel, installed into a fresh venv with its torch, on a GPU: every kernel must load
+    # and every op must raise (not crash the process) on input it refuses.
     needs: build
     strategy:
       fail-fast: false
@@ -482,9 +483,11 @@ _SMOKE = _Template("""
           uv venv --python "${{ matrix.python }}" "$RUNNER_TEMP/smoke"
           uv pip install --python "$RUNNER_TEMP/smoke" --index-url %index "torch${TORCH:+==$TORCH}"
           uv pip install --python "$RUNNER_TEMP/smoke" dist/*.whl %installs
-      - name: Every kernel is available
+      - name: Every kernel is available, and every op raises on input it refuses
         working-directory: ${{ runner.temp }}
-        run: '"$RUNNER_TEMP/smoke/bin/kernelpack" status %package --require'%tests
+        run: |
+          "$RUNNER_TEMP/smoke/bin/kernelpack" status %package --require
+          "$RUNNER_TEMP/smoke/bin/python" -m kernelpack_runtime.testing.refusals %package%tests
 """)
 
 _WORKFLOW = _Template("""\

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sysconfig
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +22,6 @@ from kernelpack_runtime.record import (
     BuildRecord,
     BuiltKernel,
     KernelRecord,
-    SelectionRecord,
     SkippedKernel,
     ToolchainRecord,
 )
@@ -94,14 +92,7 @@ def sources_sha256(spec: KernelSpec, package_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def build_record(
-    plan: BuildPlan,
-    *,
-    cap: int | None,
-    environ: Mapping[str, str],
-    env_prefix: str,
-    cache: CacheStats | None,
-) -> BuildRecord:
+def build_record(plan: BuildPlan, *, env_prefix: str, cache: CacheStats | None) -> BuildRecord:
     """The record of building `plan`: each kernel built or skipped (with why), the
     toolchain, the selection variables, and what the compiler cache did."""
     package_dir = plan.manifest.package_dir
@@ -110,7 +101,7 @@ def build_record(
         version=plan.version,
         toolchain=_toolchain_record(plan),
         kernels={k.name: _kernel_record(k, package_dir) for k in plan.kernels},
-        selection=_selection_record(plan, cap, environ),
+        selection=plan.environment.recorded(native=_native(plan)),
         env_prefix=env_prefix,
         cache=None if cache is None else cache.record(),
     )
@@ -147,19 +138,12 @@ def _toolchain_record(plan: BuildPlan) -> ToolchainRecord:
     )
 
 
-def _selection_record(
-    plan: BuildPlan, cap: int | None, environ: Mapping[str, str]
-) -> SelectionRecord | None:
-    listed = environ.get("TORCH_CUDA_ARCH_LIST", "").strip() or None
-    wanted = environ.get("KERNELPACK_ARCH", "").strip() or None
-    if cap is None and listed is None and wanted is None:
-        return None
+def _native(plan: BuildPlan) -> tuple[str, ...]:
+    """The compute capabilities `KERNELPACK_ARCH=native` found ("9.0"), if it was set."""
     native: tuple[str, ...] = ()
     archs = plan.archs
     while archs is not None:
         if archs.native:
             native = tuple(f"{major}.{minor}" for major, minor in sorted(archs.capabilities))
         archs = archs.narrower
-    return SelectionRecord(
-        max_jobs=cap, torch_cuda_arch_list=listed, kernelpack_arch=wanted, native=native
-    )
+    return native

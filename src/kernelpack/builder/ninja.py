@@ -168,6 +168,17 @@ def run(
                 if not reader.is_alive():
                     proc.stdout.close()
             display.close()
+    return _outcome(display, code, build_dir, on_failure)
+
+
+def _outcome(
+    display: _Display,
+    code: int,
+    build_dir: Path,
+    on_failure: Callable[[str, str], str] | None,
+) -> NinjaResult:
+    """The steps a finished ninja run executed, with their times from `.ninja_log`; a
+    `BuildError` (`on_failure`'s message) when it failed."""
     output = "\n".join(display.captured)
     if code != 0:
         what = display.failed or "ninja"

@@ -117,6 +117,29 @@ def gpu_count_of(label: str) -> int | None:
     return counts.pop() if counts else None
 
 
+def _cuda_version(cuda: str | None, locked: dict[str, str]) -> Version:
+    """`--cuda` as MAJOR.MINOR; default: the CUDA of the locked torch, else `DEFAULT_CUDA`."""
+    if cuda is None:
+        cuda = _cuda_of(locked.get("torch"))
+    cuda = cuda or DEFAULT_CUDA
+    try:
+        version = Version(cuda)
+    except InvalidVersion:
+        raise UsageError(f"--cuda {cuda!r}: not a CUDA version such as 13.0") from None
+    if len(version.release) < 2 or version.local or version.pre or version.dev:
+        raise UsageError(f"--cuda {cuda!r}: expected MAJOR.MINOR such as 13.0")
+    return version
+
+
+def _torch_versions(torch: str | None, locked: dict[str, str]) -> tuple[str, ...]:
+    """`--torch` (a comma-separated list), else the locked torch, else none named."""
+    if torch is not None:
+        return _versions(torch, "--torch")
+    if "torch" in locked:
+        return (Version(locked["torch"]).public,)
+    return ()
+
+
 def _locked(lock: Path) -> dict[str, str]:
     """Package name -> version for the packages `uv.lock` pins."""
     versions: dict[str, str] = {}
@@ -232,22 +255,9 @@ class Workflow:
         """
         lock = repo / "uv.lock"
         locked = _locked(lock) if lock.is_file() else {}
-        if cuda is None:
-            cuda = _cuda_of(locked.get("torch"))
-        cuda = cuda or DEFAULT_CUDA
-        try:
-            version = Version(cuda)
-        except InvalidVersion:
-            raise UsageError(f"--cuda {cuda!r}: not a CUDA version such as 13.0") from None
-        if len(version.release) < 2 or version.local or version.pre or version.dev:
-            raise UsageError(f"--cuda {cuda!r}: expected MAJOR.MINOR such as 13.0")
+        version = _cuda_version(cuda, locked)
         pythons = _versions(python, "--python", parts=2) or _versions("3.12", "--python", 2)
-        if torch is not None:
-            torches = _versions(torch, "--torch")
-        elif "torch" in locked:
-            torches = (Version(locked["torch"]).public,)
-        else:
-            torches = ()
+        torches = _torch_versions(torch, locked)
         if cache not in CACHES:
             raise UsageError(f"--cache {cache!r}: expected one of {', '.join(CACHES)}")
         if cache == "s3" and not s3_bucket:

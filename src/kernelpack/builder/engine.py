@@ -17,13 +17,13 @@ import shlex
 import sys
 import sysconfig
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import compiler_cache, graph, install, modinit
+from kernelpack.builder import compiler_cache, graph, install, modinit, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.compiler_cache import CacheStats
 from kernelpack.builder.compiler_cache import session as launcher_session
@@ -47,8 +47,11 @@ from kernelpack_runtime.record import (
 )
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from kernelpack.manifest import KernelSpec
     from kernelpack.project import Project
+    from kernelpack.toolchain import Toolchain
 
 __all__ = [
     "COMPDB_FILENAME",
@@ -240,6 +243,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
                     options=options,
                     commands={e["output"]: e["command"] for e in entries},
                 )
+            _check_symbols(to_build, libraries, toolchain, build_dir)
             stats = cache.stats
             if stats is not None and options.output != "quiet":
                 out = options.stream if options.stream is not None else sys.stderr
@@ -313,6 +317,35 @@ def _run_ninja(
                 f"kernel {kernel!r}: the linked library {libraries[kernel]}: {problem}"
             )
     return steps
+
+
+def _check_symbols(
+    kernels: Sequence[KernelPlan],
+    libraries: Mapping[str, Path],
+    toolchain: Toolchain,
+    build_dir: Path,
+) -> None:
+    """`symbols.check_library` on every library built (each build, no-op ones too, so a
+    refused library stays refused); the first problem is a one-line `BuildError`."""
+    extension = toolchain.torch_extension
+    include_dirs = [Path(d) for d in extension.include_dirs] if extension else []
+    shims: dict[str, Version] = {}
+    for include in include_dirs:
+        if (include / symbols.SHIM_HEADERS[0]).is_file():
+            shims = symbols.shim_versions(include)
+            break
+    for kernel in kernels:
+        library = libraries[kernel.name]
+        spec = kernel.spec
+        problem = symbols.check_library(
+            library,
+            stable_target=spec.stable_target if spec.abi == "stable" else None,
+            torch_version=toolchain.torch_version,
+            shims=shims,
+            shown=f"kernel {kernel.name!r}",
+        )
+        if problem is not None:
+            raise BuildError(problem)
 
 
 def _broken_libraries(libraries: Mapping[str, Path]) -> dict[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,22 +61,43 @@ def _build_id(build: tuple[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Path]]:
+def sites(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[tuple[str, str], Path | str]]:
     """Each build of kprefuse, installed into its own folder (built on first use)."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    cache: dict[tuple[str, str], Path] = {}
+    cache: dict[tuple[str, str], Path | str] = {}
     yield cache
     out = os.environ.get("KERNELPACK_STABLE_MATRIX_OUT")
     if out and _results:
         Path(out).write_text(_table(), encoding="utf-8")
 
 
+class _BuildRefused(Exception):
+    """kernelpack refused to build against this torch, with its reason."""
+
+
 def _site(
-    cache: dict[tuple[str, str], Path], build: tuple[str, str], tmp: pytest.TempPathFactory
+    cache: dict[tuple[str, str], Path | str],
+    build: tuple[str, str],
+    tmp: pytest.TempPathFactory,
 ) -> Path:
     if build in cache:
-        return cache[build]
+        cached = cache[build]
+        if isinstance(cached, str):
+            raise _BuildRefused(cached)
+        return cached
+    try:
+        site = _build(build, tmp)
+    except _BuildRefused as exc:
+        cache[build] = str(exc)
+        raise
+    cache[build] = site
+    return site
+
+
+def _build(build: tuple[str, str], tmp: pytest.TempPathFactory) -> Path:
     kind, python = build
     _torch_of(python)
     project = tmp.mktemp("src") / "kprefuse"
@@ -88,7 +110,16 @@ def _site(
         env["CXX"] = str(wrapper)
     wheels = tmp.mktemp("wheels")
     result = subprocess.run(
-        [python, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(wheels), "-q"],
+        [
+            python,
+            "-m",
+            "kernelpack",
+            "build",
+            str(project),
+            "--wheel-dir",
+            str(wheels),
+            "--require",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -96,6 +127,10 @@ def _site(
     )
     if result.returncode != 0 and "No module named" in result.stderr and python != sys.executable:
         pytest.skip(f"{python}: kernelpack's dependencies are missing: {result.stderr[-200:]}")
+    refused = re.search(r"cuda-mismatch: [^\n]*", result.stdout + result.stderr)
+    if result.returncode != 0 and refused:
+        # torch 2.10 from PyPI is a CUDA 12.8 build: a CUDA 13 nvcc is refused with a reason.
+        raise _BuildRefused(refused.group(0))
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = wheels.glob("kprefuse-*.whl")
     site = tmp.mktemp("site")
@@ -104,7 +139,6 @@ def _site(
         check=True,
         timeout=300,
     )
-    cache[build] = site
     return site
 
 
@@ -113,12 +147,17 @@ def _site(
 def test_cell(
     build: tuple[str, str],
     run_python: str,
-    sites: dict[tuple[str, str], Path],
+    sites: dict[tuple[str, str], Path | str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    site = _site(sites, build, tmp_path_factory)
     built_with = _torch_of(build[1])
     running = _torch_of(run_python)
+    key = (f"{build[0]} / torch {built_with}", f"torch {running}")
+    try:
+        site = _site(sites, build, tmp_path_factory)
+    except _BuildRefused as exc:
+        _results[key] = f"build refused ({exc})"
+        pytest.skip(f"kernelpack build against torch {built_with}: {exc}")
     cell = f"{build[0]} build, torch {built_with} -> torch {running}"
     result = subprocess.run(
         [run_python, str(CELL)],
@@ -128,7 +167,6 @@ def test_cell(
         env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         cwd=site,
     )
-    key = (f"{build[0]} / torch {built_with}", f"torch {running}")
     if result.returncode != 0:
         _results[key] = f"crashed (exit {result.returncode})"
         pytest.fail(f"{cell}: the process ended with {result.returncode}: {result.stderr[-800:]}")
@@ -137,6 +175,24 @@ def test_cell(
     _results[key] = "ok" if not failed else "; ".join(f"{k}: {v}" for k, v in failed.items())
     assert not failed, f"{cell}: {failed}"
     assert set(answer["checks"]) >= {"load", "meta", "fake", "opcheck", "refuse-dtype"}
+
+
+def test_the_refusal_probe_calls_every_op(
+    sites: dict[tuple[str, str], Path | str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # What `kernelpack ci`'s smoke job runs on each wheel: every op, fed input it refuses.
+    site = _site(sites, ("default", sys.executable), tmp_path_factory)
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelpack_runtime.testing.refusals", "kprefuse"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src")])},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kprefuse_refuse::check: RuntimeError: " in result.stdout
+    assert "refuse: x must be float32, got dtype 7" in result.stdout
+    assert "kprefuse: 1 op(s) answered bad input without crashing" in result.stdout
 
 
 def _table() -> str:

@@ -98,6 +98,39 @@ def test_installed_package_reports_no_device_for_each_kernel(site: Path) -> None
     assert all(value.startswith("no-device") for value in status.values()), status
 
 
+def test_cpu_tensors_are_refused_with_the_ops_own_message(site: Path) -> None:
+    # The refusal path of a stable kernel (STD_TORCH_CHECK through torch's C shim) on a
+    # machine without a GPU: each op is registered for CPU too, and refuses there.
+    out = _python(
+        site,
+        """
+        import json, torch
+        from llm_ops import rmsnorm, silu_mul
+        x, w = torch.ones(2, 8), torch.ones(8)
+        calls = [
+            lambda: rmsnorm.rms_norm(x, w),
+            lambda: rmsnorm.rms_norm(x, w, residual=x),
+            lambda: silu_mul.silu_mul(x),
+            lambda: getattr(torch.ops, rmsnorm.NAMESPACE).forward(x.double(), w.double(), 1e-6),
+        ]
+        got = []
+        for call in calls:
+            try:
+                call()
+                got.append(None)
+            except Exception as exc:
+                got.append([type(exc).__name__, str(exc).splitlines()[0]])
+        print(json.dumps(got))
+        """,
+    )
+    got = json.loads(out)
+    assert [kind for kind, _ in got] == ["RuntimeError"] * 4, got
+    assert "rmsnorm: x must be a CUDA tensor" in got[0][1]
+    assert "rmsnorm: x must be a CUDA tensor" in got[1][1]
+    assert "silu_mul: x must be a CUDA tensor" in got[2][1]
+    assert "rmsnorm: x must be a CUDA tensor" in got[3][1]
+
+
 def test_rmsnorm_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
     out = _python(
         site,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import graph, install, modinit
+from kernelpack.builder import graph, install, modinit, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
@@ -41,7 +41,10 @@ from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from kernelpack.project.locate import Project
+    from kernelpack.toolchain.detection import Toolchain
 
 __all__ = [
     "COMPDB_FILENAME",
@@ -111,6 +114,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             libraries = {node.name: build_dir / node.library for node in nodes}
             graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, plan)
             steps, stats = _compile(plan, graph_inputs, libraries, lock, jobs=jobs, options=options)
+            _check_symbols(plan.to_build, libraries, plan.toolchain, build_dir)
         else:
             _write_compdb(build_dir, [])
         record = build_record(plan, env_prefix=options.env_prefix, cache=stats, libraries=libraries)
@@ -280,6 +284,35 @@ def _run_ninja(
                 f"kernel {kernel!r}: the linked library {libraries[kernel]}: {problem}"
             )
     return steps
+
+
+def _check_symbols(
+    kernels: Sequence[KernelPlan],
+    libraries: Mapping[str, Path],
+    toolchain: Toolchain,
+    build_dir: Path,
+) -> None:
+    """`symbols.check_library` on every library built (each build, no-op ones too, so a
+    refused library stays refused); the first problem is a one-line `BuildError`."""
+    extension = toolchain.torch_extension
+    include_dirs = [Path(d) for d in extension.include_dirs] if extension else []
+    shims: dict[str, Version] = {}
+    for include in include_dirs:
+        if (include / symbols.SHIM_HEADERS[0]).is_file():
+            shims = symbols.shim_versions(include)
+            break
+    for kernel in kernels:
+        library = libraries[kernel.name]
+        spec = kernel.spec
+        problem = symbols.check_library(
+            library,
+            stable_target=spec.stable_target if spec.abi == "stable" else None,
+            torch_version=toolchain.torch_version,
+            shims=shims,
+            shown=f"kernel {kernel.name!r}",
+        )
+        if problem is not None:
+            raise BuildError(problem)
 
 
 def _broken_libraries(libraries: Mapping[str, Path]) -> dict[str, str]:

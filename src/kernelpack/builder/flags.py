@@ -19,6 +19,7 @@ from kernelpack.toolchain.detection import Toolchain
 
 __all__ = [
     "INCLUDE_DIR",
+    "SHARED_LIBSTDCXX",
     "KernelFlags",
     "kernel_flags",
     "limited_api_hex",
@@ -27,6 +28,14 @@ __all__ = [
 
 #: Folder holding `kernelpack/ops.h`; always on the include path.
 INCLUDE_DIR = Path(__file__).resolve().parent.parent / "include"
+
+#: Last on every kernel's link line: the shared libstdc++, the one torch's process runs,
+#: named before the compiler driver's own `-lstdc++`. A driver that links it statically
+#: (`-static-libstdc++`, added by some compiler wrappers) then finds nothing left to take
+#: from `libstdc++.a`. A library with its own copy crashes (SIGSEGV, GCC 13) or loses the
+#: text of the first `STD_TORCH_CHECK` message that formats a number (GCC 12) instead of
+#: raising; `kernelpack.builder.symbols` refuses such a library when a flag still forces it.
+SHARED_LIBSTDCXX = ("-Wl,--push-state,-Bdynamic,--no-as-needed", "-lstdc++", "-Wl,--pop-state")
 
 
 def stable_target_hex(target: Version) -> str:
@@ -123,6 +132,7 @@ def kernel_flags(
     else:
         ldflags += [f"-l{lib}" for lib in _for_backend(torch.libraries, cpu=cpu)]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
+    ldflags += list(SHARED_LIBSTDCXX)
     return KernelFlags(
         defines=tuple(defines),
         include_dirs=tuple(dict.fromkeys(includes)),

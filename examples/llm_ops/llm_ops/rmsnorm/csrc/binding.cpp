@@ -156,3 +156,11 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward_residual", TORCH_BOX(&forward_residual));
   m.impl("backward", TORCH_BOX(&backward));
 }
+
+// CPU tensors reach the same functions, whose first checks refuse them with the op's own
+// message ("... must be a CUDA tensor") rather than the dispatcher's "Could not run".
+KP_STABLE_LIBRARY_IMPL(CPU, m) {
+  m.impl("forward", TORCH_BOX(&forward));
+  m.impl("forward_residual", TORCH_BOX(&forward_residual));
+  m.impl("backward", TORCH_BOX(&backward));
+}

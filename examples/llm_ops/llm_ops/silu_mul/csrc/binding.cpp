@@ -89,3 +89,10 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward", TORCH_BOX(&forward));
   m.impl("backward", TORCH_BOX(&backward));
 }
+
+// CPU tensors reach the same functions, whose first checks refuse them with the op's own
+// message ("... must be a CUDA tensor") rather than the dispatcher's "Could not run".
+KP_STABLE_LIBRARY_IMPL(CPU, m) {
+  m.impl("forward", TORCH_BOX(&forward));
+  m.impl("backward", TORCH_BOX(&backward));
+}

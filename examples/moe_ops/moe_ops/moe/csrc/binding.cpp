@@ -311,3 +311,11 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("grouped_mm_silu_mul", TORCH_BOX(&grouped_mm_silu_mul));
   m.impl("moe_forward", TORCH_BOX(&moe_forward));
 }
+
+// CPU tensors reach the same functions, whose first checks refuse them with the op's own
+// message ("... must be a CUDA tensor") rather than the dispatcher's "Could not run".
+KP_STABLE_LIBRARY_IMPL(CPU, m) {
+  m.impl("grouped_mm", TORCH_BOX(&grouped_mm));
+  m.impl("grouped_mm_silu_mul", TORCH_BOX(&grouped_mm_silu_mul));
+  m.impl("moe_forward", TORCH_BOX(&moe_forward));
+}

@@ -86,6 +86,8 @@ class BuildOptions:
     env_prefix: str = ""
     """The package's env-var prefix (`[tool.kernelpack] env-prefix`), stored in the record so
     that `<PREFIX>_DISABLE` works at run time; empty: the package name upper-cased."""
+    index_url: str | None = None
+    """`[tool.kernelpack.release] index-url`, recorded for run-time install hints."""
     announce: Announce | None = None
     """The settings line printed before the build (not in quiet output); None: no line."""
 
@@ -117,7 +119,13 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             _check_symbols(plan.to_build, libraries, plan.toolchain, build_dir)
         else:
             _write_compdb(build_dir, [])
-        record = build_record(plan, env_prefix=options.env_prefix, cache=stats, libraries=libraries)
+        record = build_record(
+            plan,
+            env_prefix=options.env_prefix,
+            cache=stats,
+            libraries=libraries,
+            index_url=options.index_url,
+        )
     return BuildResult(
         plan=plan,
         record=record,
@@ -375,6 +383,7 @@ def build_project(
         stream=stream,
         output=output,
         env_prefix=project.env_prefix,
+        index_url=project.settings.release.index_url,
         announce=announce,
     )
     plan = plan_project(project, environ, kernels=kernels, require=require)

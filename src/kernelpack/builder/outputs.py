@@ -24,6 +24,7 @@ from kernelpack_runtime.record import (
     BuildRecord,
     BuiltKernel,
     KernelRecord,
+    ReleaseRecord,
     SkippedKernel,
     ToolchainRecord,
 )
@@ -130,9 +131,11 @@ def build_record(
     env_prefix: str,
     cache: CacheStats | None,
     libraries: Mapping[str, Path] | None = None,
+    index_url: str | None = None,
 ) -> BuildRecord:
     """The record of building `plan`: each kernel built or skipped (with why), the
-    toolchain, the selection variables, and what the compiler cache did."""
+    toolchain, the selection variables, what the compiler cache did, and where the project
+    publishes its variants (`index_url`, from `[tool.kernelpack.release]`)."""
     package_dir = plan.manifest.package_dir
     return BuildRecord(
         package=plan.manifest.package,
@@ -145,6 +148,7 @@ def build_record(
         selection=plan.environment.recorded(native=_native(plan)),
         env_prefix=env_prefix,
         cache=None if cache is None else cache.record(),
+        release=ReleaseRecord(index_url) if index_url else None,
     )
 
 

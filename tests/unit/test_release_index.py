@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 from packaging.metadata import Metadata
+from release_support import kernel_wheel, members, sdist
 
 from kernelpack.cli import main
 from kernelpack_runtime.record import BuildRecord, SkippedKernel
-from release_support import kernel_wheel, members, sdist
 
 CLASSIC_TAG = "cp311-cp311-manylinux_2_34_x86_64"
 URL = "https://example.org/whl/{cuda}/simple"

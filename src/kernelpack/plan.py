@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,8 +34,7 @@ from kernelpack.project._toml import display_path
 from kernelpack.project.manifest import KernelSpec, Manifest
 from kernelpack.toolchain import deps
 from kernelpack.toolchain.detection import Toolchain, detect
-from kernelpack.toolchain.environment import ArchFilter, arch_filter
-from kernelpack_runtime._switch import parse_switch
+from kernelpack.toolchain.environment import ArchFilter, BuildEnvironment, arch_filter
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 
@@ -75,26 +74,15 @@ class Selection:
     """The GPUs to build for (`TORCH_CUDA_ARCH_LIST`, `KERNELPACK_ARCH`); None: every arch."""
 
     @classmethod
-    def from_env(cls, prefix: str, environ: Mapping[str, str]) -> Selection:
-        """Read `<prefix>_KERNELS`, `KERNELPACK_KERNELS` (the package's variable wins),
-        `<prefix>_KERNELS_REQUIRE` and `KERNELPACK_REQUIRE`, `TORCH_CUDA_ARCH_LIST` and
-        `KERNELPACK_ARCH` (see `kernelpack.toolchain.environment`).
-
-        A require variable that is not a boolean (`1/0`, `true/false`, `yes/no`, `on/off`)
-        is a `UsageError`. Names are checked against the manifest by `plan()`.
+    def from_environment(cls, environment: BuildEnvironment) -> Selection:
+        """The selection `environment` asks for: `<PREFIX>_KERNELS`, `KERNELPACK_KERNELS`
+        (the package's variable wins), `<PREFIX>_KERNELS_REQUIRE` / `KERNELPACK_REQUIRE`,
+        `TORCH_CUDA_ARCH_LIST` and `KERNELPACK_ARCH` (`KERNELPACK_ARCH=native` asks NVML for
+        this machine's GPUs). Names are checked against the manifest by `plan()`.
         """
-        kernels: frozenset[str] | None = None
-        origin = "--kernels"
-        for var in (f"{prefix}_KERNELS", "KERNELPACK_KERNELS"):
-            value = environ.get(var, "")
-            names = frozenset(name.strip() for name in value.split(",") if name.strip())
-            if names:
-                kernels, origin = names, var
-                break
-        require = False
-        for var in (f"{prefix}_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"):
-            require |= parse_switch(environ.get(var, ""), var)
-        return cls(kernels=kernels, require=require, origin=origin, archs=arch_filter(environ))
+        kernels, origin = environment.kernels or (None, "--kernels")
+        archs = arch_filter(environment)
+        return cls(kernels=kernels, require=environment.require, origin=origin, archs=archs)
 
 
 def parse_kernels(value: str, name: str) -> frozenset[str]:
@@ -146,6 +134,8 @@ class BuildPlan:
     """Header dependencies of kernels to build that cannot be found here, one line each."""
     archs: ArchFilter | None = None
     """The arch narrowing the decisions applied (`Selection.archs`)."""
+    environment: BuildEnvironment = field(default_factory=BuildEnvironment)
+    """The variables the plan was made under, read once: what the build reads of them."""
 
     @property
     def to_build(self) -> tuple[KernelPlan, ...]:
@@ -284,21 +274,23 @@ def plan_project(
     `strict` raises `PlanError` for `BuildPlan.problems()` (a build); without it the plan is
     returned as decided, problems included (a report such as `kernelpack doctor`).
     """
-    env = dict(os.environ if environ is None else environ)
-    selection = Selection.from_env(project.env_prefix, env)
+    environment = BuildEnvironment.from_environ(
+        os.environ if environ is None else environ, project.env_prefix
+    )
+    selection = Selection.from_environment(environment)
     if kernels is not None:
         selection = replace(selection, kernels=kernels, origin="--kernels")
     if require is not None:
         selection = replace(selection, require=require)
     manifest = project.load_manifest(allow_missing_sources=True)
-    decided = decide(manifest, tools or detect(env), selection)
+    decided = decide(manifest, tools or detect(environment=environment), selection)
     planned: list[KernelPlan] = []
     problems: list[str] = []
     for kernel in decided.kernels:
         if kernel.build and kernel.spec.depends:
             try:
                 folders = deps.include_dirs(
-                    kernel.spec.depends, project.settings, project.root, env
+                    kernel.spec.depends, project.settings, project.root, environment
                 )
             except KernelpackError as exc:
                 problems.append(f"{kernel.name}: {exc}")
@@ -311,6 +303,7 @@ def plan_project(
         release=project.version,
         python_floor=project.python_floor,
         dep_problems=tuple(problems),
+        environment=environment,
     )
     if strict:
         result.check()

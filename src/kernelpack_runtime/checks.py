@@ -1,11 +1,11 @@
 """The run-time checks before a kernel is loaded, in order, each giving a `Reason`.
 
-`not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `torch-mismatch`,
-`driver-too-old`; the next two codes (`load-failed`, `namespace-collision`) need the kernel to
-be imported and live in `kernelpack_runtime.loader`; `record-invalid` (a record that cannot be
-read) is decided by the registry before any of them (see docs/runtime.md). Every check is a
-pure function of the build record and a `Context` whose facts are gathered lazily: a kernel
-stopped by an early check never probes the device.
+`not-built`, `disabled`, `no-cuda-torch`, `no-device`, `arch-mismatch`, `cuda-mismatch`,
+`torch-mismatch`, `driver-too-old`; the next two codes (`load-failed`, `namespace-collision`)
+need the kernel to be imported and live in `kernelpack_runtime.loader`; `record-invalid` (a
+record that cannot be read) is decided by the registry before any of them (see
+docs/runtime.md). Every check is a pure function of the build record and a `Context` whose
+facts are gathered lazily: a kernel stopped by an early check never probes the device.
 """
 
 from __future__ import annotations
@@ -172,17 +172,6 @@ def _torch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | No
     if running_version is None:
         return None
     running_release = ".".join(str(p) for p in running_version.release)
-    if (
-        kernel.backend == "cuda"
-        and built.torch_cuda
-        and running.cuda
-        and _major(built.torch_cuda) != _major(running.cuda)
-    ):
-        return Reason(
-            "torch-mismatch",
-            f"built for a CUDA {built.torch_cuda} torch, running torch {running.version} "
-            f"(CUDA {running.cuda}); install a CUDA {_major(built.torch_cuda)}.x torch or rebuild",
-        )
     if kernel.abi == "stable":
         target = _version(kernel.stable_target)
         if target is not None and running_version.release < target.release:
@@ -201,6 +190,43 @@ def _torch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | No
             f"install torch=={wanted} or rebuild against this torch",
         )
     return None
+
+
+def _cuda_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
+    running, built = ctx.torch, ctx.record.toolchain
+    wanted = built.torch_cuda or built.cuda
+    if not wanted or not running.cuda or _major(wanted) == _major(running.cuda):
+        return None
+    return Reason(
+        "cuda-mismatch",
+        f"{name} was built for CUDA {wanted}, torch {running.version} has CUDA {running.cuda} "
+        f"(the library would not load); {_other_build(ctx, running.cuda, running.version)}",
+    )
+
+
+def _other_build(ctx: Context, cuda: str, torch: str | None) -> str:
+    """What to install instead: the exact pip line when the record names the project's
+    variant index (`release.index-url`), else the two ways out."""
+    from packaging.version import InvalidVersion, Version
+
+    record = ctx.record
+    cuda_tuple = _cuda_tuple(cuda)
+    label = f"cu{cuda_tuple[0]}{cuda_tuple[1]}" if cuda_tuple else None
+    url = record.release.url_for(label) if record.release and label else None
+    try:
+        version = Version(record.version)
+    except InvalidVersion:
+        version = None
+    if url is None or version is None or label is None:
+        return f"install a CUDA {_major(cuda)} build of {record.package}, or a CUDA " + (
+            f"{_major(record.toolchain.torch_cuda or record.toolchain.cuda or '')} torch"
+        )
+    rest = re.sub(r"^cu\d+", "", version.local or "")
+    if rest.startswith("torch") and torch:
+        rest = "torch" + ".".join(str(p) for p in Version(torch).release)
+    pinned = f"{record.package}=={version.public}+{label}{rest}" if rest else record.package
+    command = f"pip install --force-reinstall --no-deps --extra-index-url {url} {pinned}"
+    return f"install its {label} build: {command}"
 
 
 def _major(version: str) -> str:
@@ -245,6 +271,7 @@ CHECKS: tuple[Check, ...] = (
     _cuda_only(_no_cuda_torch),
     _cuda_only(_no_device),
     _cuda_only(_arch_mismatch),
+    _cuda_only(_cuda_mismatch),
     _torch_mismatch,
     _cuda_only(_driver_too_old),
 )

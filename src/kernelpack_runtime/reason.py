@@ -29,6 +29,7 @@ RUNTIME_CODES = (
     "no-cuda-torch",
     "no-device",
     "arch-mismatch",
+    "cuda-mismatch",
     "torch-mismatch",
     "driver-too-old",
     "library-modified",

@@ -35,6 +35,7 @@ __all__ = [
     "CacheRecord",
     "InvalidRecord",
     "KernelRecord",
+    "ReleaseRecord",
     "SelectionRecord",
     "SkippedKernel",
     "ToolchainRecord",
@@ -405,6 +406,33 @@ class CacheRecord:
 
 
 @dataclass(frozen=True)
+class ReleaseRecord:
+    """Where the project publishes its variants (optional `"release"`, from
+    `[tool.kernelpack.release]`): `index_url` holds `{cuda}` for the CUDA label (`cu130`), so
+    a run-time `cuda-mismatch` can name the exact install line."""
+
+    index_url: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index-url": self.index_url}
+
+    def url_for(self, cuda_label: str) -> str | None:
+        """The index of `cuda_label` (`cu128`), or None when none is recorded."""
+        if self.index_url is None:
+            return None
+        return self.index_url.replace("{cuda}", cuda_label)
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "release") -> ReleaseRecord:
+        """Read a `release` object; `InvalidRecord` when a field has the wrong type."""
+        table = _Object(data, where)
+        url = table.optional_string("index-url")
+        if url is not None and (not url.startswith(("https://", "http://")) or len(url) > 2048):
+            raise InvalidRecord(f"{where}.index-url: {url[:80]!r} is not an http(s) URL")
+        return cls(index_url=url)
+
+
+@dataclass(frozen=True)
 class BuildRecord:
     """The whole `_kernelpack.json`."""
 
@@ -421,6 +449,8 @@ class BuildRecord:
     """Present when `MAX_JOBS`, `TORCH_CUDA_ARCH_LIST` or `KERNELPACK_ARCH` was set."""
     cache: CacheRecord | None = None
     """Present when a compiler cache (sccache, ccache) compiled the libraries."""
+    release: ReleaseRecord | None = None
+    """Present when the project declares `[tool.kernelpack.release] index-url`."""
 
     def __post_init__(self) -> None:
         if not self.env_prefix:
@@ -439,6 +469,8 @@ class BuildRecord:
             data["selection"] = self.selection.to_json()
         if self.cache is not None:
             data["cache"] = self.cache.to_json()
+        if self.release is not None:
+            data["release"] = self.release.to_json()
         return data
 
     @classmethod
@@ -475,6 +507,11 @@ class BuildRecord:
             cache=(
                 CacheRecord.from_json(table.data["cache"])
                 if table.data.get("cache") is not None
+                else None
+            ),
+            release=(
+                ReleaseRecord.from_json(table.data["release"])
+                if table.data.get("release") is not None
                 else None
             ),
         )

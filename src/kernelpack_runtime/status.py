@@ -2,7 +2,9 @@
 
 The same facts as `status()`, plus what the build record says of each kernel (archs, ABI), in
 the JSON shape of docs/runtime.md: `{"package", "version", "kernels": {name: {"available",
-"reason", "archs", "abi"}}}`.
+"reason", "archs", "abi"}}}`. `rows()` is the status table's content, shared by
+`kernelpack status` (drawn with rich) and `python -m kernelpack_runtime status` (plain text,
+`render_text`), so both show the same table.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import BuiltKernel
 from kernelpack_runtime.registry import Registry
 
-__all__ = ["KernelStatus", "PackageStatus"]
+__all__ = ["COLUMNS", "KernelStatus", "PackageStatus", "render_text"]
+
+#: The status table's columns.
+COLUMNS = ("kernel", "available", "archs", "abi", "reason")
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,40 @@ class PackageStatus:
                 kernels.append(KernelStatus(name, reason, (), None))
         return cls(package=registry.package, version=record.version, kernels=tuple(kernels))
 
+    @property
+    def title(self) -> str:
+        """The table's title: the package and its version."""
+        return f"{self.package} {self.version or ''}".strip()
+
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """One row per kernel, in `COLUMNS` order."""
+        return [
+            (
+                kernel.name,
+                "yes" if kernel.available else "no",
+                " ".join(kernel.archs) or "-",
+                kernel.abi or "-",
+                f"{kernel.reason.code}: {kernel.reason.message}" if kernel.reason else "-",
+            )
+            for kernel in self.kernels
+        ]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "package": self.package,
             "version": self.version,
             "kernels": {kernel.name: kernel.to_json() for kernel in self.kernels},
         }
+
+
+def render_text(report: PackageStatus, caption: str | None = None) -> str:
+    """The status table as plain text: the title, the columns aligned, then `caption`."""
+    rows = [COLUMNS, *report.rows()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    lines = [report.title]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if caption:
+        lines.append(caption)
+    return "\n".join(lines) + "\n"

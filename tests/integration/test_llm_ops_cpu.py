@@ -1,6 +1,6 @@
 """examples/llm_ops on a machine without a GPU: it builds, installs, imports and says why not.
 
-Builds the real package with the real nvcc into a stable-ABI wheel (once per module), installs
+Builds the real package with the real nvcc into a stable-ABI wheel (once per session), installs
 it into a private folder and checks it from fresh interpreters.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,9 +17,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "llm_ops"
 
 
 def _has_gpu() -> bool:
@@ -32,26 +28,8 @@ def _has_gpu() -> bool:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    pytest.importorskip("torch")
-    project = tmp_path_factory.mktemp("src") / "llm_ops"
-    shutil.copytree(
-        EXAMPLE,
-        project,
-        ignore=shutil.ignore_patterns("build", "*.so", "_kernelpack.json", "__pycache__"),
-    )
-    out = tmp_path_factory.mktemp("wheels")
-    result = subprocess.run(
-        [sys.executable, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (built,) = out.glob("llm_ops-*.whl")
-    return built
+def wheel(llm_ops_wheel: Path) -> Path:
+    return llm_ops_wheel
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 from packaging.metadata import Metadata
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
+from venvs import installed, new_venv, pip, pip_env
+from venvs import torch_venv as make_torch_venv
 
 from kernelpack.backend.metadata import torch_requirement
 from kernelpack.backend.sdist import write_sdist
@@ -57,24 +59,7 @@ def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _pip_env() -> dict[str, str]:
-    """pip with no configuration files, indexes or find-links of this machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env["PIP_CONFIG_FILE"] = os.devnull
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
-def _pip(python: Path, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """The real pip, run for the venv of `python` (which needs no pip of its own)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=_pip_env(),
-        check=check,
-        timeout=300,
-    )
+_pip = pip
 
 
 def _copy(destination: Path) -> Path:
@@ -122,65 +107,15 @@ def _wheel(dist: Path, version: str) -> Path:
     return found
 
 
-def _requirements_of(top: str) -> set[str]:
-    """Distributions `top` needs (itself included), from this interpreter's metadata."""
-    installed = {
-        canonicalize_name(d.metadata["Name"]): d for d in importlib.metadata.distributions()
-    }
-    needed: set[str] = set()
-    todo: list[tuple[str, frozenset[str]]] = [(top, frozenset())]
-    visited: set[tuple[str, frozenset[str]]] = set()
-    while todo:
-        name, extras = todo.pop()
-        key = canonicalize_name(name)
-        if (key, extras) in visited or key not in installed:
-            continue
-        visited.add((key, extras))
-        needed.add(key)
-        environments = [{"extra": e} for e in extras] or [{"extra": ""}]
-        for text in installed[key].requires or []:
-            req = Requirement(text)
-            if req.marker is None or any(req.marker.evaluate(e) for e in environments):
-                todo.append((req.name, frozenset(req.extras)))
-    return needed
-
-
-def _new_venv(folder: Path) -> tuple[Path, Path]:
-    """A new venv without pip: (its python, its site-packages)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
-    python = folder / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return python, Path(purelib)
-
-
 @pytest.fixture(scope="session")
 def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
-    """A fresh venv holding only torch and what torch requires, as installed here (each
-    top-level entry linked, not copied: seconds instead of a 5 GB install). Returns its python
-    and the distributions it holds."""
-    python, site = _new_venv(tmp_path_factory.mktemp("torchvenv") / "v")
-    needed = _requirements_of("torch")
-    entries: set[str] = set()
-    for dist in importlib.metadata.distributions():
-        if canonicalize_name(dist.metadata["Name"]) in needed:
-            for file in dist.files or []:
-                if not str(file).startswith(".."):
-                    entries.add(file.parts[0])
-    ours = Path(importlib.metadata.distribution("torch").locate_file(""))
-    for entry in sorted(entries):
-        if (ours / entry).exists() and not (site / entry).exists():
-            (site / entry).symlink_to(ours / entry)
+    """A fresh venv holding only torch and what torch requires (see `venvs.torch_venv`).
+    Returns its python and the distributions it holds."""
+    python = make_torch_venv(tmp_path_factory.mktemp("torchvenv") / "v")
     return python, _installed(python)
 
 
-def _installed(python: Path) -> set[str]:
-    listing = json.loads(_pip(python, "list", "--format", "json").stdout)
-    return {canonicalize_name(item["name"]) for item in listing}
+_installed = installed
 
 
 def _requires_dist(wheel: Path) -> list[str]:
@@ -258,7 +193,7 @@ def _fake_torch(site: Path, version: str) -> None:
 def test_resolver_accepts_the_wheel_only_beside_a_torch_it_loads_under(
     dist: Path, tmp_path: Path, installed: str, version: str, accepted: bool
 ) -> None:
-    python, site = _new_venv(tmp_path / "v")
+    python, site = new_venv(tmp_path / "v")
     _fake_torch(site, installed)
     wheel = _wheel(dist, version)
     run = _pip(
@@ -581,7 +516,7 @@ def test_sdist_builds_a_wheel_in_an_isolated_environment_with_only_find_links(
         [*pip, "wheel", "--no-index", "--find-links", links, "--no-deps", "-w", out, sdist],
         capture_output=True,
         text=True,
-        env={**_pip_env(), "CCACHE_DIR": str(ccache_dir)},
+        env={**pip_env(), "CCACHE_DIR": str(ccache_dir)},
         timeout=1500,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

@@ -9,14 +9,18 @@ from fakes import make_manifest, make_spec, make_toolchain
 
 from kernelpack.errors import UsageError
 from kernelpack.plan import BuildPlan, Selection, make_plan
-from kernelpack.toolchain.environment import arch_filter, max_jobs, parse_arch_list
+from kernelpack.toolchain.environment import BuildEnvironment, arch_filter, parse_arch_list
 from kernelpack_runtime import set_default_probe
 from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 
 
 def _plan(environ: dict[str, str], *specs: tuple[str, list[str]]) -> BuildPlan:
     manifest = make_manifest(*(make_spec(name, archs) for name, archs in specs))
-    return make_plan(manifest, make_toolchain(), Selection.from_env("DEMO", environ))
+    return make_plan(
+        manifest,
+        make_toolchain(),
+        Selection.from_environment(BuildEnvironment.from_environ(environ, "DEMO")),
+    )
 
 
 @pytest.fixture
@@ -75,7 +79,7 @@ def test_native_builds_only_the_visible_gpus_arch(h200: None) -> None:
 def test_native_without_a_gpu_is_a_one_line_error() -> None:
     probe = no_device_probe("no NVIDIA driver: libnvidia-ml.so.1 not found")
     with pytest.raises(UsageError) as caught:
-        arch_filter({"KERNELPACK_ARCH": "native"}, probe)
+        arch_filter(BuildEnvironment.from_environ({"KERNELPACK_ARCH": "native"}), probe)
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("KERNELPACK_ARCH=native needs a visible GPU")
@@ -86,7 +90,8 @@ def test_native_is_not_probed_unless_asked() -> None:
     def probe() -> None:
         raise AssertionError("probed")
 
-    assert arch_filter({"TORCH_CUDA_ARCH_LIST": "9.0"}, probe) is not None  # type: ignore[arg-type]
+    environment = BuildEnvironment.from_environ({"TORCH_CUDA_ARCH_LIST": "9.0"})
+    assert arch_filter(environment, probe) is not None  # type: ignore[arg-type]
 
 
 def test_arch_list_and_native_both_narrow(h200: None) -> None:
@@ -98,11 +103,11 @@ def test_arch_list_and_native_both_narrow(h200: None) -> None:
 
 def test_other_kernelpack_arch_values_are_bad_input() -> None:
     with pytest.raises(UsageError, match="KERNELPACK_ARCH=sm_90: expected native"):
-        arch_filter({"KERNELPACK_ARCH": "sm_90"})
+        BuildEnvironment.from_environ({"KERNELPACK_ARCH": "sm_90"})
 
 
 def test_max_jobs_is_a_positive_integer() -> None:
-    assert max_jobs({"MAX_JOBS": "3"}) == 3
-    assert max_jobs({}) is None
+    assert BuildEnvironment.from_environ({"MAX_JOBS": "3"}).max_jobs == 3
+    assert BuildEnvironment.from_environ({}).max_jobs is None
     with pytest.raises(UsageError, match="MAX_JOBS=zero is not a positive integer"):
-        max_jobs({"MAX_JOBS": "zero"})
+        BuildEnvironment.from_environ({"MAX_JOBS": "zero"})

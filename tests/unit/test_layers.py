@@ -263,3 +263,65 @@ def test_architecture_doc_lists_the_same_layers() -> None:
             names = set(re.findall(r"`([^`]+)`", cells[1]))
             documented[cells[0]] = {n if n == "kernelpack" else f"kernelpack.{n}" for n in names}
     assert documented == {layer: set(prefixes) for layer, prefixes in LAYERS.items()}
+
+
+#: Layers whose modules read no environment variable by name: they get a `BuildEnvironment`
+#: (or, for child processes, the whole environment). The editable install's import hook is
+#: standard-library-only code run at interpreter start-up; its two variables are declared in
+#: `kernelpack.toolchain.environment` (`EDITABLE_SKIP`, `EDITABLE_VERBOSE`).
+NO_ENV_READS = ("kernelpack.builder", "kernelpack.backend")
+ENV_READ_ALLOWED = {"kernelpack.backend._editable_hook"}
+_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _env_reads(source: str) -> list[tuple[int, str]]:
+    """(line, variable) of each `environ.get("X")`, `environ["X"]`, `environ.pop("X")`,
+    `"X" in environ` and `os.getenv("X")`, for any mapping named like an environment."""
+
+    def environ_like(node: ast.AST) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        return "environ" in name or name in {"env", "environment", "base"}
+
+    def variable(node: ast.AST | None) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value if _VARIABLE.match(node.value) else None
+        return None
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        name = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "getenv" or (
+                node.func.attr in {"get", "pop", "setdefault"} and environ_like(node.func.value)
+            ):
+                name = variable(node.args[0] if node.args else None)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            if environ_like(node.value):
+                name = variable(node.slice)
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and environ_like(node.comparators[0])
+        ):
+            name = variable(node.left)
+        if name is not None:
+            found.append((node.lineno, name))
+    return sorted(found)
+
+
+def test_the_env_read_finder_finds_reads_by_name_and_not_writes() -> None:
+    source = (
+        "import os\nos.environ.get('CC')\nenv['CXX']\n'MAX_JOBS' in environ\nos.getenv('X')\n"
+        "env['CC'] = 'cc'\nenviron.get(name)\nself.environ.pop('Y', None)\n"
+    )
+    assert [name for _, name in _env_reads(source)] == ["CC", "CXX", "MAX_JOBS", "X", "Y"]
+
+
+def test_builder_and_backend_read_no_environment_variable_by_name() -> None:
+    found = [
+        f"{path.relative_to(SRC)}:{line} reads {variable}"
+        for name, path in MODULES.items()
+        if name.startswith(NO_ENV_READS) and name not in ENV_READ_ALLOWED
+        for line, variable in _env_reads(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], "read it through kernelpack.toolchain.environment.BuildEnvironment"

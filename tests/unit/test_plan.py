@@ -23,6 +23,7 @@ from packaging.version import Version
 from kernelpack.errors import PlanError, UsageError
 from kernelpack.plan import Selection, decide, make_plan, plan_project
 from kernelpack.project.locate import Project, locate
+from kernelpack.toolchain.environment import BuildEnvironment
 from kernelpack_runtime.reason import Reason
 
 
@@ -261,34 +262,38 @@ def test_unknown_selected_kernel_is_a_usage_error_listing_known_kernels() -> Non
         make_plan(manifest, make_toolchain(), selection)
 
 
+def _selection(environ: dict[str, str]) -> Selection:
+    return Selection.from_environment(BuildEnvironment.from_environ(environ, "LLM_OPS"))
+
+
 def test_selection_reads_package_prefixed_kernels() -> None:
-    selection = Selection.from_env("LLM_OPS", {"LLM_OPS_KERNELS": "rmsnorm, silu_mul"})
+    selection = _selection({"LLM_OPS_KERNELS": "rmsnorm, silu_mul"})
     assert selection.kernels == frozenset({"rmsnorm", "silu_mul"})
     assert selection.origin == "LLM_OPS_KERNELS"
 
 
 def test_selection_reads_kernelpack_kernels() -> None:
-    selection = Selection.from_env("LLM_OPS", {"KERNELPACK_KERNELS": "rmsnorm"})
+    selection = _selection({"KERNELPACK_KERNELS": "rmsnorm"})
     assert selection.kernels == frozenset({"rmsnorm"})
 
 
 def test_selection_prefers_package_variable_over_kernelpack_variable() -> None:
     environ = {"LLM_OPS_KERNELS": "rmsnorm", "KERNELPACK_KERNELS": "silu_mul"}
-    assert Selection.from_env("LLM_OPS", environ).kernels == frozenset({"rmsnorm"})
+    assert _selection(environ).kernels == frozenset({"rmsnorm"})
 
 
 def test_selection_defaults_to_every_kernel_without_require() -> None:
-    assert Selection.from_env("LLM_OPS", {}) == Selection()
+    assert _selection({}) == Selection()
 
 
 @pytest.mark.parametrize("var", ["LLM_OPS_KERNELS_REQUIRE", "KERNELPACK_REQUIRE"])
 def test_selection_reads_require(var: str) -> None:
-    assert Selection.from_env("LLM_OPS", {var: "1"}).require
+    assert _selection({var: "1"}).require
 
 
 def test_selection_rejects_non_boolean_require() -> None:
     with pytest.raises(UsageError, match="KERNELPACK_REQUIRE=maybe is not a boolean"):
-        Selection.from_env("LLM_OPS", {"KERNELPACK_REQUIRE": "maybe"})
+        _selection({"KERNELPACK_REQUIRE": "maybe"})
 
 
 # --- version tag -------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ from kernelpack.errors import ManifestError, UsageError
 from kernelpack.project.locate import Project
 from kernelpack.project.settings import Settings
 from kernelpack.toolchain import deps
+from kernelpack.toolchain.environment import BuildEnvironment, dep_variable
+
+
+def _env(environ: dict[str, str]) -> BuildEnvironment:
+    return BuildEnvironment.from_environ(environ)
 
 
 def project(root: Path, **dep_targets: str) -> Project:
@@ -49,8 +54,8 @@ def test_project_deps_are_known(tmp_path: Path) -> None:
 
 
 def test_env_var_name() -> None:
-    assert deps.env_var("cutlass") == "KERNELPACK_CUTLASS_DIR"
-    assert deps.env_var("my-lib") == "KERNELPACK_MY_LIB_DIR"
+    assert dep_variable("cutlass") == "KERNELPACK_CUTLASS_DIR"
+    assert dep_variable("my-lib") == "KERNELPACK_MY_LIB_DIR"
 
 
 def test_cutlass_from_the_wheel_without_importing_it(
@@ -58,7 +63,7 @@ def test_cutlass_from_the_wheel_without_importing_it(
 ) -> None:
     source = fake_cutlass_wheel(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    folders = deps.resolve("cutlass", *_where(project(tmp_path)), environ={})
+    folders = deps.resolve("cutlass", *_where(project(tmp_path)), environment=_env({}))
     assert folders == (source / "include", source / "tools" / "util" / "include")
 
 
@@ -69,7 +74,7 @@ def test_cutlass_without_headers_is_a_one_line_usage_error(
     (tmp_path / "site" / "cutlass_library" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     with pytest.raises(UsageError) as excinfo:
-        deps.resolve("cutlass", *_where(project(tmp_path)), environ={})
+        deps.resolve("cutlass", *_where(project(tmp_path)), environment=_env({}))
     assert "nvidia-cutlass" in str(excinfo.value)
     assert "KERNELPACK_CUTLASS_DIR" in str(excinfo.value)
     assert "\n" not in str(excinfo.value)
@@ -79,7 +84,7 @@ def test_cutlass_checkout_from_env(tmp_path: Path) -> None:
     checkout = tmp_path / "cutlass"
     (checkout / "include" / "cutlass").mkdir(parents=True)
     environ = {"KERNELPACK_CUTLASS_DIR": str(checkout)}
-    assert deps.resolve("cutlass", *_where(project(tmp_path)), environ=environ) == (
+    assert deps.resolve("cutlass", *_where(project(tmp_path)), environment=_env(environ)) == (
         checkout / "include",
     )
 
@@ -88,19 +93,27 @@ def test_cutlass_include_folder_from_env(tmp_path: Path) -> None:
     include = tmp_path / "include"
     (include / "cutlass").mkdir(parents=True)
     environ = {"KERNELPACK_CUTLASS_DIR": str(include)}
-    assert deps.resolve("cutlass", *_where(project(tmp_path)), environ=environ) == (include,)
+    assert deps.resolve("cutlass", *_where(project(tmp_path)), environment=_env(environ)) == (
+        include,
+    )
 
 
 def test_env_override_that_is_not_a_folder(tmp_path: Path) -> None:
     environ = {"KERNELPACK_CUTLASS_DIR": str(tmp_path / "nowhere")}
     with pytest.raises(UsageError, match=r"KERNELPACK_CUTLASS_DIR=.*nowhere: not a folder"):
-        deps.resolve("cutlass", *_where(project(tmp_path)), environ=environ)
+        deps.resolve(
+            "cutlass",
+            *_where(project(tmp_path)),
+            environment=_env(environ),
+        )
 
 
 def test_project_dep_folder_relative_to_root(tmp_path: Path) -> None:
     (tmp_path / "third_party" / "mylib").mkdir(parents=True)
     proj = project(tmp_path, mylib="third_party/mylib")
-    assert deps.resolve("mylib", *_where(proj), environ={}) == (tmp_path / "third_party" / "mylib",)
+    assert deps.resolve("mylib", *_where(proj), environment=_env({})) == (
+        tmp_path / "third_party" / "mylib",
+    )
 
 
 def test_project_dep_from_installed_package_include(
@@ -111,13 +124,13 @@ def test_project_dep_from_installed_package_include(
     (package / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     proj = project(tmp_path, mylib="mylib_headers")
-    assert deps.resolve("mylib", *_where(proj), environ={}) == (package / "include",)
+    assert deps.resolve("mylib", *_where(proj), environment=_env({})) == (package / "include",)
 
 
 def test_project_dep_that_cannot_be_found_names_pyproject_and_key(tmp_path: Path) -> None:
     proj = project(tmp_path, mylib="not_installed_pkg_xyz")
     with pytest.raises(ManifestError) as excinfo:
-        deps.resolve("mylib", *_where(proj), environ={})
+        deps.resolve("mylib", *_where(proj), environment=_env({}))
     assert str(excinfo.value).startswith(
         f"{tmp_path / 'pyproject.toml'}: [tool.kernelpack.deps].mylib: "
     )
@@ -126,15 +139,15 @@ def test_project_dep_that_cannot_be_found_names_pyproject_and_key(tmp_path: Path
 def test_project_dep_missing_folder(tmp_path: Path) -> None:
     proj = project(tmp_path, mylib="third_party/gone")
     with pytest.raises(ManifestError, match=r"\[tool\.kernelpack\.deps\]\.mylib: folder"):
-        deps.resolve("mylib", *_where(proj), environ={})
+        deps.resolve("mylib", *_where(proj), environment=_env({}))
 
 
 def test_project_dep_replaces_builtin(tmp_path: Path) -> None:
     (tmp_path / "vendored" / "cutlass").mkdir(parents=True)
     proj = project(tmp_path, cutlass="vendored")
-    assert deps.resolve("cutlass", *_where(proj), environ={}) == (tmp_path / "vendored",)
+    assert deps.resolve("cutlass", *_where(proj), environment=_env({})) == (tmp_path / "vendored",)
 
 
 def test_unknown_dep_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown dependency 'nope'"):
-        deps.resolve("nope", *_where(project(tmp_path)), environ={})
+        deps.resolve("nope", *_where(project(tmp_path)), environment=_env({}))

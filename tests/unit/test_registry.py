@@ -24,6 +24,7 @@ from registry_support import (
 import kernelpack
 from kernelpack_runtime import (
     DeviceFacts,
+    KernelUnavailableError,
     Registry,
     TorchFacts,
     ops_namespace,
@@ -31,7 +32,7 @@ from kernelpack_runtime import (
 )
 from kernelpack_runtime.checks import CHECKS
 from kernelpack_runtime.reason import RUNTIME_CODES, Reason
-from kernelpack_runtime.record import BuildRecord
+from kernelpack_runtime.record import BuildRecord, ReleaseRecord
 from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
 
 H200 = fake_probe("9.0", driver_cuda="13.0")
@@ -332,13 +333,50 @@ def test_unparsable_torch_version_in_the_record_leaves_the_decision_to_loading(
     assert registry(package).unavailable_reason("k") is None
 
 
-def test_torch_of_another_cuda_major_is_a_torch_mismatch(root: Path) -> None:
+def _cuda_12_stable(root: Path, index_url: str | None = None) -> str:
+    """A stable-ABI package built for CUDA 12.8 (`+cu128stable2.10`)."""
     package = unique_name()
     kernel = built("k", package, abi="stable")
-    make_package(root, package, {"k": kernel}, tool=toolchain(torch_cuda="12.8", cuda="12.8"))
+    folder = make_package(
+        root, package, {"k": kernel}, tool=toolchain(torch_cuda="12.8", cuda="12.8")
+    )
+    record = BuildRecord.read(folder / "_kernelpack.json")
+    release = ReleaseRecord(index_url) if index_url else None
+    dataclasses.replace(record, version="0.1.0+cu128stable2.10", release=release).write(
+        folder / "_kernelpack.json"
+    )
+    return package
+
+
+def test_torch_of_another_cuda_major_is_a_cuda_mismatch_naming_both(root: Path) -> None:
+    reason = registry(_cuda_12_stable(root)).unavailable_reason("k")
+    assert reason is not None and reason.code == "cuda-mismatch"
+    assert reason.message.startswith(
+        "k was built for CUDA 12.8, torch 2.14.1+cu130 has CUDA 13.0 (the library would not load)"
+    )
+
+
+def test_cuda_mismatch_names_the_exact_install_line_from_the_recorded_index(root: Path) -> None:
+    package = _cuda_12_stable(root, "https://example.org/whl/{cuda}/simple")
     reason = registry(package).unavailable_reason("k")
-    assert reason is not None and reason.code == "torch-mismatch"
-    assert "CUDA 12.8 torch" in reason.message
+    assert reason is not None and reason.code == "cuda-mismatch"
+    assert reason.message.endswith(
+        "install its cu130 build: pip install --force-reinstall --no-deps --extra-index-url "
+        f"https://example.org/whl/cu130/simple {package}==0.1.0+cu130stable2.10"
+    )
+
+
+def test_cuda_mismatch_stops_load_before_the_library_is_opened(root: Path) -> None:
+    package = _cuda_12_stable(root)
+    with pytest.raises(KernelUnavailableError) as caught:
+        registry(package).load("k")
+    assert caught.value.reason.code == "cuda-mismatch"
+    assert f"{package}.k._C" not in sys.modules
+
+
+def test_arch_mismatch_comes_before_cuda_mismatch(root: Path) -> None:
+    reason = registry(_cuda_12_stable(root), probe=fake_probe("8.0")).unavailable_reason("k")
+    assert reason is not None and reason.code == "arch-mismatch"
 
 
 # -- driver-too-old -----------------------------------------------------------------------------

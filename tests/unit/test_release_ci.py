@@ -123,11 +123,11 @@ def test_bad_versions_exit_2(
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_workflow_is_valid_yaml_with_build_and_publish_jobs(repo: Path) -> None:
+def test_workflow_is_valid_yaml_with_build_publish_and_release_channel_jobs(repo: Path) -> None:
     yaml = pytest.importorskip("yaml")
     _as_submodule(repo)
     data = yaml.safe_load(_write())
-    assert set(data["jobs"]) == {"build", "publish"}
+    assert set(data["jobs"]) == {"build", "publish", "channels", "pypi", "pages"}
     assert data["jobs"]["publish"]["needs"] == "build"
     assert data[True]["push"]["paths"][0] == "deps/my-ops"  # YAML 1.1 reads `on` as True
 

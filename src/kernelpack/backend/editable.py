@@ -30,6 +30,7 @@ from kernelpack.builder.ninja import ninja_binary
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import KernelpackError
 from kernelpack.project.locate import Project, locate
+from kernelpack.toolchain.environment import BuildEnvironment, replayed
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import BuiltKernel
 
@@ -44,53 +45,32 @@ __all__ = [
     "write_stamp",
 ]
 
-#: Variables that change what a build produces, recorded at install time (besides every
-#: `KERNELPACK_*` and `<PREFIX>_*` variable). `MAX_JOBS` and `PATH` are not: they may differ.
-_RECORDED = (
-    "TORCH_CUDA_ARCH_LIST",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CC",
-    "CXX",
-)
-_OWN = ("KERNELPACK_EDITABLE_",)
 #: Compiler output kept for the `ImportError`: from the first error line, this many lines.
 _ERROR_LINES = 8
 _ERROR_RE = re.compile(r"\berror\b", re.IGNORECASE)
 
 
-def _prefixes(project: Project) -> tuple[str, ...]:
-    return ("KERNELPACK_", f"{project.env_prefix}_")
-
-
-def settings_for(
-    project: Project, options: Mapping[str, Any], environ: Mapping[str, str]
-) -> dict[str, Any]:
+def settings_for(environment: BuildEnvironment, options: Mapping[str, Any]) -> dict[str, Any]:
     """What a rebuild must reuse: the install's build options (`kernels`, `require`, `jobs`)
-    and the values of the variables that shape the build (None: unset)."""
-    prefixes = _prefixes(project)
-    env: dict[str, str | None] = {name: environ.get(name) for name in _RECORDED}
-    for name, value in environ.items():
-        if name.startswith(prefixes) and not name.startswith(_OWN):
-            env[name] = value
+    and the variables that change what a build produces, as the install's build read them
+    (`BuildEnvironment.fingerprint`; None: unset). `MAX_JOBS`, `PATH` and the launcher are
+    not among them: they may differ."""
     recorded: dict[str, Any] = {}
     for key, value in options.items():
         recorded[key] = sorted(value) if isinstance(value, frozenset) else value
-    return {"options": recorded, "env": dict(sorted(env.items()))}
+    return {"options": recorded, "env": environment.fingerprint()}
 
 
 def _environment(
     project: Project, settings: Mapping[str, Any], environ: Mapping[str, str]
 ) -> dict[str, str]:
-    """`environ` with the recorded variables as they were at install time."""
+    """`environ` with the recorded variables as they were at install time (a replayed
+    variable that was not recorded, such as a family member set since, is dropped)."""
     recorded: Mapping[str, str | None] = settings.get("env", {})
-    prefixes = _prefixes(project)
     env = {
         name: value
         for name, value in environ.items()
-        if name in recorded or not name.startswith(prefixes) or name.startswith(_OWN)
+        if name in recorded or not replayed(name, project.env_prefix)
     }
     for name, value in recorded.items():
         if value is None:

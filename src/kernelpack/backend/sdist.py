@@ -26,9 +26,9 @@ from packaging.version import Version
 
 from kernelpack.backend._tree import tree_files
 from kernelpack.backend.metadata import core_metadata
-from kernelpack.errors import UsageError
 from kernelpack.project.filekinds import BUILD_OUTPUT_DIRS, BUILD_OUTPUT_SUFFIXES, CACHE_DIRS
 from kernelpack.project.locate import Project
+from kernelpack.toolchain import environment
 from kernelpack_runtime._files import atomic_path
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
@@ -59,13 +59,9 @@ def sdist_files(project: Project) -> Iterator[tuple[Path, str]]:
 
 
 def source_date_epoch() -> int | None:
-    """`SOURCE_DATE_EPOCH` as an integer; None when unset; `UsageError` when not a number."""
-    value = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if not value:
-        return None
-    if not value.isdigit():
-        raise UsageError(f"SOURCE_DATE_EPOCH={value!r}: expected seconds since 1970 (digits)")
-    return int(value)
+    """`SOURCE_DATE_EPOCH` of this process as an integer; None when unset; `UsageError`
+    when not a number (`kernelpack.toolchain.environment.source_date_epoch`)."""
+    return environment.source_date_epoch(os.environ)
 
 
 def write_sdist(project: Project, sdist_dir: Path) -> Path:

@@ -10,9 +10,7 @@ raises `BuildError` before anything is installed, so the previous libraries stay
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +34,6 @@ from kernelpack.builder.outputs import (
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
-from kernelpack.toolchain.environment import max_jobs
 from kernelpack.toolchain.launcher import cache as compiler_cache
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
@@ -65,9 +62,9 @@ COMPDB_FILENAME = "compile_commands.json"
 Output = Literal["quiet", "normal", "verbose"]
 """quiet: only errors; normal: progress and compiler output; verbose: also every command."""
 
-Announce = Callable[[BuildPlan, int, int | None], str | None]
-"""Renders the line printed before a build from the plan, its job count and the `MAX_JOBS`
-cap (None: no line); the CLI's is `kernelpack.cli._render.settings_line`."""
+Announce = Callable[[BuildPlan, int], str | None]
+"""Renders the line printed before a build from the plan and its job count (None: no
+line); the CLI's is `kernelpack.cli._render.settings_line`."""
 
 # The module init's atomic writes (the link's temporaries follow the library's name).
 _GEN_TEMP = install.temp_of("_C_init.c")
@@ -85,27 +82,29 @@ class BuildOptions:
     """None: the toolchain's budget."""
     stream: TextIO | None = None
     """Where progress and compiler output go (default stderr)."""
-    environ: Mapping[str, str] | None = None
     output: Output = "normal"
     env_prefix: str = ""
     """The package's env-var prefix (`[tool.kernelpack] env-prefix`), stored in the record so
     that `<PREFIX>_DISABLE` works at run time; empty: the package name upper-cased."""
+    index_url: str | None = None
+    """`[tool.kernelpack.release] index-url`, recorded for run-time install hints."""
     announce: Announce | None = None
     """The settings line printed before the build (not in quiet output); None: no line."""
 
 
 def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
-    """Compile every kernel `plan` builds; stage their libraries; return the record."""
+    """Compile every kernel `plan` builds; stage their libraries; return the record.
+
+    What the environment asks (compilers, nvcc flags, the job cap, the lock timeout) is
+    `plan.environment`'s, read when the plan was made."""
     started = time.monotonic()
     build_dir = options.build_dir.absolute()
-    environ = dict(os.environ if options.environ is None else options.environ)
-    cap = max_jobs(environ)
-    jobs = _job_count(plan, options, cap)
-    _announce(plan, options, jobs, cap)
+    jobs = _job_count(plan, options)
+    _announce(plan, options, jobs)
     libraries: dict[str, Path] = {}
     steps: tuple[Step, ...] = ()
     stats: CacheStats | None = None
-    with build_lock(build_dir) as lock:
+    with build_lock(build_dir, plan.environment.lock_timeout) as lock:
         _remove_stale_temps(plan, build_dir)
         generated = _write_generated(plan, build_dir)
         if plan.to_build:
@@ -115,18 +114,17 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             nvcc = plan.toolchain.nvcc or Path("nvcc")  # CPU kernels only: no edge runs it
             nodes = _graph_kernels(plan, build_dir, options.root.absolute())
             libraries = {node.name: build_dir / node.library for node in nodes}
-            graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, environ)
+            graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, plan)
             steps, stats = _compile(plan, graph_inputs, libraries, lock, jobs=jobs, options=options)
             _check_symbols(plan.to_build, libraries, plan.toolchain)
         else:
             _write_compdb(build_dir, [])
         record = build_record(
             plan,
-            cap=cap,
-            environ=environ,
             env_prefix=options.env_prefix,
             cache=stats,
             libraries=libraries,
+            index_url=options.index_url,
         )
     return BuildResult(
         plan=plan,
@@ -140,16 +138,17 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
     )
 
 
-def _job_count(plan: BuildPlan, options: BuildOptions, cap: int | None) -> int:
+def _job_count(plan: BuildPlan, options: BuildOptions) -> int:
     """The jobs asked for (else the toolchain's budget), at most `MAX_JOBS`."""
     jobs = options.jobs or plan.toolchain.jobs
+    cap = plan.environment.max_jobs
     return jobs if cap is None else min(jobs, cap)
 
 
-def _announce(plan: BuildPlan, options: BuildOptions, jobs: int, cap: int | None) -> None:
+def _announce(plan: BuildPlan, options: BuildOptions, jobs: int) -> None:
     if options.announce is None or options.output == "quiet":
         return
-    line = options.announce(plan, jobs, cap)
+    line = options.announce(plan, jobs)
     if line is not None:
         (options.stream if options.stream is not None else sys.stderr).write(line + "\n")
 
@@ -187,22 +186,22 @@ class _GraphInputs:
     build_dir: Path
     root: Path
     nvcc: Path
-    environ: Mapping[str, str]
+    plan: BuildPlan
 
     def write(self, launcher: Path | None, pools: graph.Pools) -> None:
         """Write `build.ninja` (left alone when unchanged)."""
-        environ = self.environ
+        environment = self.plan.environment
         text = graph.render(
             self.nodes,
             build_dir=self.build_dir,
             root=self.root,
             nvcc=self.nvcc,
-            cxx=environ.get("CXX", "c++"),
-            cc=environ.get("CC", "cc"),
+            cxx=environment.cxx or "c++",
+            cc=environment.cc or "cc",
             launcher=launcher,
             pools=pools,
-            nvcc_prepend=shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
-            nvcc_append=shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
+            nvcc_prepend=environment.nvcc_prepend_flags,
+            nvcc_append=environment.nvcc_append_flags,
         )
         _write_if_changed(self.build_dir / graph.FILENAME, text)
 
@@ -224,7 +223,7 @@ def _compile(
     threads = max(node.flags.threads for node in inputs.nodes)
     pools = graph.Pools.for_memory(jobs, plan.toolchain.memory, threads=threads)
     inputs.write(launcher, pools)
-    env = ninja_runner.environment(inputs.environ, root=inputs.root, launcher=launcher)
+    env = ninja_runner.environment(plan.environment, root=inputs.root, launcher=launcher)
     work = ninja_runner.has_work(build_dir, env)
     # The launcher's server (sccache) lives for this ninja run only, outside its loop.
     with launcher_session(launcher, env, stream=options.stream, active=work) as cache:
@@ -376,18 +375,18 @@ def build_project(
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see
     `install.install_inplace` and `kernelpack.backend.wheel`."""
-    env = dict(os.environ if environ is None else environ)
     options = BuildOptions(
         root=project.root,
         build_dir=build_dir or build_dir_for(project),
         jobs=jobs,
         stream=stream,
-        environ=env,
         output=output,
         env_prefix=project.env_prefix,
+        index_url=project.settings.release.index_url,
         announce=announce,
     )
-    return compile_plan(plan_project(project, env, kernels=kernels, require=require), options)
+    plan = plan_project(project, environ, kernels=kernels, require=require)
+    return compile_plan(plan, options)
 
 
 def _write_compdb(build_dir: Path, entries: list[dict[str, str]]) -> None:

@@ -61,7 +61,8 @@ def install_inplace(result: BuildResult) -> list[Path]:
     `_C.cpython-311-….so` that would shadow a new `_C.abi3.so`) is removed afterwards.
     Returns the files that changed.
     """
-    with build_lock(result.build_dir) if result.build_dir else nullcontext():
+    timeout = result.plan.environment.lock_timeout
+    with build_lock(result.build_dir, timeout) if result.build_dir else nullcontext():
         try:
             return _install(result)
         except OSError as exc:

@@ -23,12 +23,11 @@ from filelock import FileLock, Timeout
 from kernelpack import processes
 from kernelpack.errors import BuildError
 from kernelpack.processes import ProcessStamp
+from kernelpack.toolchain.environment import DEFAULT_LOCK_TIMEOUT
 from kernelpack_runtime._files import write_text_atomic
 
-__all__ = ["DEFAULT_TIMEOUT", "BuildLock", "build_lock"]
+__all__ = ["BuildLock", "build_lock"]
 
-#: Seconds to wait for another build of the same tree (`KERNELPACK_LOCK_TIMEOUT`).
-DEFAULT_TIMEOUT = 1800.0
 #: Seconds a stale ninja gets to stop its compiles before all are killed.
 _STALE_GRACE = 3.0
 
@@ -59,15 +58,14 @@ class BuildLock:
 
 
 @contextmanager
-def build_lock(build_dir: Path, timeout: float | None = None) -> Iterator[BuildLock]:
-    """Hold the lock of `build_dir` for the duration of the block.
+def build_lock(build_dir: Path, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[BuildLock]:
+    """Hold the lock of `build_dir` for the duration of the block, waiting at most
+    `timeout` seconds for another build that holds it (`KERNELPACK_LOCK_TIMEOUT`).
 
     Before the block runs, a ninja left running in the folder by a killed build is stopped
     (with everything below it). A lock path that cannot be locked (a folder, say) is a
     one-line `BuildError`.
     """
-    if timeout is None:
-        timeout = float(os.environ.get("KERNELPACK_LOCK_TIMEOUT", DEFAULT_TIMEOUT))
     held = BuildLock(build_dir)
     lock_path = build_dir / ".lock"
     try:

@@ -27,6 +27,7 @@ from typing import IO, TextIO
 
 from kernelpack import processes
 from kernelpack.errors import BuildError, Interrupted
+from kernelpack.toolchain.environment import BuildEnvironment
 
 __all__ = [
     "STOP_GRACE",
@@ -167,6 +168,17 @@ def run(
                 if not reader.is_alive():
                     proc.stdout.close()
             display.close()
+    return _outcome(display, code, build_dir, on_failure)
+
+
+def _outcome(
+    display: _Display,
+    code: int,
+    build_dir: Path,
+    on_failure: Callable[[str, str], str] | None,
+) -> NinjaResult:
+    """The steps a finished ninja run executed, with their times from `.ninja_log`; a
+    `BuildError` (`on_failure`'s message) when it failed."""
     output = "\n".join(display.captured)
     if code != 0:
         what = display.failed or "ninja"
@@ -330,18 +342,15 @@ def _log_times(log_path: Path) -> dict[str, float]:
     return times
 
 
-def environment(base: Mapping[str, str], *, root: Path, launcher: Path | None) -> dict[str, str]:
-    """`base` plus what makes the launcher's cache shareable between clones of `root`."""
-    env = dict(base)
+def environment(build: BuildEnvironment, *, root: Path, launcher: Path | None) -> dict[str, str]:
+    """The environment ninja runs in: the build's child environment
+    (`BuildEnvironment.child_environ`) plus what makes the launcher's cache shareable
+    between clones of `root`."""
+    env = build.child_environ()
     if launcher is not None:
         # Paths below the root are hashed relative to it, and the working folder is not
         # hashed: a fresh clone in another folder hits the same cache entries.
         env["CCACHE_BASEDIR"] = str(root)
         env["CCACHE_NOHASHDIR"] = "1"
         env["SCCACHE_BASEDIRS"] = str(root)
-    env.pop("MAKEFLAGS", None)
-    # nvcc reads these itself, behind the cache's back: the graph puts them on the command
-    # line instead (see graph.render), so they must not be applied twice.
-    env.pop("NVCC_PREPEND_FLAGS", None)
-    env.pop("NVCC_APPEND_FLAGS", None)
     return env

@@ -24,7 +24,7 @@ from kernelpack_runtime.record import (
     BuildRecord,
     BuiltKernel,
     KernelRecord,
-    SelectionRecord,
+    ReleaseRecord,
     SkippedKernel,
     ToolchainRecord,
 )
@@ -128,14 +128,14 @@ def unavailable_stub(kernel: KernelPlan, package_dir: Path) -> str:
 def build_record(
     plan: BuildPlan,
     *,
-    cap: int | None,
-    environ: Mapping[str, str],
     env_prefix: str,
     cache: CacheStats | None,
     libraries: Mapping[str, Path] | None = None,
+    index_url: str | None = None,
 ) -> BuildRecord:
     """The record of building `plan`: each kernel built or skipped (with why), the
-    toolchain, the selection variables, and what the compiler cache did."""
+    toolchain, the selection variables, what the compiler cache did, and where the project
+    publishes its variants (`index_url`, from `[tool.kernelpack.release]`)."""
     package_dir = plan.manifest.package_dir
     return BuildRecord(
         package=plan.manifest.package,
@@ -145,9 +145,10 @@ def build_record(
             k.name: _kernel_record(k, package_dir, (libraries or {}).get(k.name))
             for k in plan.kernels
         },
-        selection=_selection_record(plan, cap, environ),
+        selection=plan.environment.recorded(native=_native(plan)),
         env_prefix=env_prefix,
         cache=None if cache is None else cache.record(),
+        release=ReleaseRecord(index_url) if index_url else None,
     )
 
 
@@ -185,19 +186,12 @@ def _toolchain_record(plan: BuildPlan) -> ToolchainRecord:
     )
 
 
-def _selection_record(
-    plan: BuildPlan, cap: int | None, environ: Mapping[str, str]
-) -> SelectionRecord | None:
-    listed = environ.get("TORCH_CUDA_ARCH_LIST", "").strip() or None
-    wanted = environ.get("KERNELPACK_ARCH", "").strip() or None
-    if cap is None and listed is None and wanted is None:
-        return None
+def _native(plan: BuildPlan) -> tuple[str, ...]:
+    """The compute capabilities `KERNELPACK_ARCH=native` found ("9.0"), if it was set."""
     native: tuple[str, ...] = ()
     archs = plan.archs
     while archs is not None:
         if archs.native:
             native = tuple(f"{major}.{minor}" for major, minor in sorted(archs.capabilities))
         archs = archs.narrower
-    return SelectionRecord(
-        max_jobs=cap, torch_cuda_arch_list=listed, kernelpack_arch=wanted, native=native
-    )
+    return native

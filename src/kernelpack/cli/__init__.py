@@ -26,6 +26,7 @@ _VERBS = (
     "status",
     "new",
     "migrate",
+    "index",
     "pin",
     "contract",
     "bazel",

@@ -151,11 +151,11 @@ def print_result_line(result: BuildResult, console: Console) -> None:
     )
 
 
-def settings_line(
-    plan: BuildPlan, jobs: int, cap: int | None, *, verbose: bool = False
-) -> str | None:
-    """`MAX_JOBS=2: 2 jobs; TORCH_CUDA_ARCH_LIST=9.0: rmsnorm 9.0a, moe none (not-selected)`;
-    None when neither variable is set (verbose: always a line)."""
+def settings_line(plan: BuildPlan, jobs: int, *, verbose: bool = False) -> str | None:
+    """`MAX_JOBS=2: 2 jobs; TORCH_CUDA_ARCH_LIST=9.0: rmsnorm 9.0a, moe none (not-selected)`
+    (the plan's environment and decisions); None when neither variable is set (verbose:
+    always a line)."""
+    cap = plan.environment.max_jobs
     if cap is None and plan.archs is None and not verbose:
         return None
     parts = [

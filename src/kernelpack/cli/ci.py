@@ -16,7 +16,14 @@ from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.plan import all_stable
 from kernelpack.project._toml import display_path
 from kernelpack.project.locate import PATH_HELP, locate
-from kernelpack.release.workflow import CACHES, DEFAULT_CUDA, DEFAULT_OUT, HEADER, Workflow
+from kernelpack.release.workflow import (
+    CACHES,
+    DEFAULT_CUDA,
+    DEFAULT_OUT,
+    HEADER,
+    PUBLISH,
+    Workflow,
+)
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["register", "run"]
@@ -92,6 +99,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "pytest-xdist worker per GPU (-n N --kernels-gpus auto)",
     )
     parser.add_argument(
+        "--publish",
+        default=",".join(PUBLISH),
+        metavar="CHANNELS",
+        help="where a release (release_tag) goes besides the GitHub release: pypi (trusted "
+        "publishing, attestations), pages (the variant site on GitHub Pages), comma-separated, "
+        "or none (default: pypi,pages)",
+    )
+    parser.add_argument(
+        "--default",
+        metavar="LABEL",
+        help="the variant PyPI gets (default: [tool.kernelpack.release] default, else the "
+        "only variant built)",
+    )
+    parser.add_argument(
         "--kernelpack-version",
         help="kernelpack version the jobs install (default: uv.lock's, else this one)",
     )
@@ -125,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         gpu_tests=args.gpu_tests,
         gpu_count=args.gpu_count,
         kernelpack=args.kernelpack_version,
+        publish=args.publish,
+        default_label=args.default,
     )
     text = workflow.text()
     out: Path = args.out

@@ -22,7 +22,7 @@ from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.project.locate import MANIFEST_NAME, PACKAGE_HELP, locate, locate_package
 from kernelpack_runtime.record import BuildRecord, BuiltKernel
 from kernelpack_runtime.registry import registry_for
-from kernelpack_runtime.status import PackageStatus
+from kernelpack_runtime.status import COLUMNS, PackageStatus
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -108,20 +108,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def table(report: PackageStatus, caption: str | None = None) -> Table:
-    """A rich `Table`: kernel, available, archs, abi, reason."""
+    """A rich `Table` of `report.rows()` (the rows `python -m kernelpack_runtime status`
+    prints as plain text): kernel, available, archs, abi, reason."""
+    from rich.markup import escape
     from rich.table import Table
 
-    title = f"{report.package} {report.version or ''}".strip()
-    result = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
-    for column in ("kernel", "available", "archs", "abi", "reason"):
+    result = Table(
+        title=report.title, title_justify="left", caption=caption, caption_justify="left"
+    )
+    for column in COLUMNS:
         result.add_column(column, overflow="fold")
-    for kernel in report.kernels:
-        reason = kernel.reason
-        result.add_row(
-            kernel.name,
-            "[green]yes[/green]" if kernel.available else "[red]no[/red]",
-            " ".join(kernel.archs) or "-",
-            kernel.abi or "-",
-            f"{reason.code}: {reason.message}" if reason is not None else "-",
-        )
+    for name, available, archs, abi, reason in report.rows():
+        shown = "[green]yes[/green]" if available == "yes" else "[red]no[/red]"
+        result.add_row(name, shown, archs, abi, escape(reason))
     return result

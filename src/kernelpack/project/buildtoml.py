@@ -341,6 +341,66 @@ class _Reader:
         general = self.table("general", data["general"])
         general.check_keys(_GENERAL_KEYS)
         backends = self.backends(general)
+        min_cuda, max_cuda = self.general(general)
+        framework = self.framework(top, data)
+        kernels_value = data.get("kernel", {})
+        if not isinstance(kernels_value, dict):
+            raise top.error("kernel", f"got {describe(kernels_value)}", "expected [kernel.<name>]")
+        package_dir = self.project.package_dir
+        if not package_dir.is_dir():
+            raise general.error(
+                "name",
+                f"the package folder {display_path(package_dir)} does not exist",
+                f"expected the Python package in torch-ext/{self.project.python_name}/",
+            )
+        ns = self.project.namespace
+        if framework == "torch-noarch":
+            return self.noarch(top, bool(kernels_value))
+
+        torch = self.table("torch", self.framework_table(top, "torch"))
+        torch.check_keys(_TORCH_KEYS)
+        torch.strings("pyext", expected="file extensions")
+        min_torch, max_torch = self.torch_range(torch)
+        stable = self.stable_abi(torch, "cuda")
+        stable_cpu = self.stable_abi(torch, "cpu")
+        sources = self.paths(torch, "src", required=True)
+        includes = self.folders(torch, "include")
+        cxx = torch.strings("cxx-flags", expected="C++ compiler flags")
+        cuda, cpu, skipped = self.kernels(top, kernels_value, backends, stable)
+        libraries: list[KernelSpec] = []
+        if cuda or not cpu:
+            library = self.library(ns, cuda, sources, includes, cxx, stable, min_cuda, max_cuda)
+            if not cuda:
+                library = _replace_skip(
+                    library,
+                    Reason("platform-excluded", "build.toml declares no CUDA kernel to build"),
+                )
+            libraries.append(library)
+        if cpu:
+            libraries.append(self.cpu_library(ns, cpu, sources, includes, cxx, stable_cpu))
+        libraries = [replace(spec, min_torch=min_torch, max_torch=max_torch) for spec in libraries]
+        return Manifest(
+            path=self.project.path,
+            package=self.project.python_name,
+            package_dir=package_dir,
+            kernels=(*libraries, *skipped),
+            generated={"_ops.py": ops_py(ns, kernels=tuple(spec.name for spec in libraries))},
+        )
+
+    def torch_range(self, torch: Table) -> tuple[Version | None, Version | None]:
+        """`[torch]`'s minver and maxver: the torch versions the project builds against."""
+        min_torch = torch.version("minver", example="2.10")
+        max_torch = torch.version("maxver", example="2.12")
+        if min_torch is not None and max_torch is not None and min_torch > max_torch:
+            raise torch.error(
+                "maxver",
+                f'"{max_torch}" is below minver "{min_torch}"',
+                "expected maxver >= minver",
+            )
+        return min_torch, max_torch
+
+    def general(self, general: Table) -> tuple[Version | None, Version | None]:
+        """Check `[general]`'s other keys and tables; return its CUDA range (minver, maxver)."""
         cuda_general = self.sub_table(general, "cuda", _GENERAL_CUDA_KEYS)
         self.sub_table(general, "hub", _HUB_KEYS)
         for backend in ("neuron", "xpu"):
@@ -349,9 +409,15 @@ class _Reader:
         for key in ("upstream", "source"):
             general.string(key, expected="a git URL")
         general.strings("python-depends", expected="Python dependency names")
-        min_cuda = cuda_general.version("minver", example="12.8") if cuda_general else None
-        max_cuda = cuda_general.version("maxver", example="12.9") if cuda_general else None
+        if cuda_general is None:
+            return None, None
+        return (
+            cuda_general.version("minver", example="12.8"),
+            cuda_general.version("maxver", example="12.9"),
+        )
 
+    def framework(self, top: Table, data: Mapping[str, Any]) -> str:
+        """The one framework table the file has: `torch` or `torch-noarch`."""
         frameworks = [name for name in _FRAMEWORKS if name in data]
         if len(frameworks) != 1:
             problem = "has no framework table" if not frameworks else "has several frameworks"
@@ -366,52 +432,36 @@ class _Reader:
                 "is not supported by kernelpack (it builds Torch extensions)",
                 "expected a [torch] or [torch-noarch] project",
             )
-        kernels_value = data.get("kernel", {})
-        if not isinstance(kernels_value, dict):
-            raise top.error("kernel", f"got {describe(kernels_value)}", "expected [kernel.<name>]")
-        package_dir = self.project.package_dir
-        if not package_dir.is_dir():
-            raise general.error(
-                "name",
-                f"the package folder {display_path(package_dir)} does not exist",
-                f"expected the Python package in torch-ext/{self.project.python_name}/",
-            )
-        ns = self.project.namespace
-        if frameworks[0] == "torch-noarch":
-            noarch = self.table("torch-noarch", self.framework_table(top, "torch-noarch"))
-            noarch.check_keys(_NOARCH_KEYS)
-            noarch.strings("pyext", expected="file extensions")
-            if kernels_value:
-                raise top.error("kernel", "is not allowed with [torch-noarch]", None)
-            return Manifest(
-                path=self.project.path,
-                package=self.project.python_name,
-                package_dir=package_dir,
-                kernels=(),
-                generated={"_ops.py": ops_py(ns, compiled=False)},
-            )
+        return frameworks[0]
 
-        torch = self.table("torch", self.framework_table(top, "torch"))
-        torch.check_keys(_TORCH_KEYS)
-        torch.strings("pyext", expected="file extensions")
-        min_torch = torch.version("minver", example="2.10")
-        max_torch = torch.version("maxver", example="2.12")
-        if min_torch is not None and max_torch is not None and min_torch > max_torch:
-            raise torch.error(
-                "maxver",
-                f'"{max_torch}" is below minver "{min_torch}"',
-                "expected maxver >= minver",
-            )
-        stable = self.stable_abi(torch, "cuda")
-        stable_cpu = self.stable_abi(torch, "cpu")
-        torch_sources = self.paths(torch, "src", required=True)
-        torch_includes = self.folders(torch, "include")
-        torch_cxx = torch.strings("cxx-flags", expected="C++ compiler flags")
+    def noarch(self, top: Table, has_kernels: bool) -> Manifest:
+        """A `[torch-noarch]` project: no kernel, only its generated `_ops.py`."""
+        noarch = self.table("torch-noarch", self.framework_table(top, "torch-noarch"))
+        noarch.check_keys(_NOARCH_KEYS)
+        noarch.strings("pyext", expected="file extensions")
+        if has_kernels:
+            raise top.error("kernel", "is not allowed with [torch-noarch]", None)
+        return Manifest(
+            path=self.project.path,
+            package=self.project.python_name,
+            package_dir=self.project.package_dir,
+            kernels=(),
+            generated={"_ops.py": ops_py(self.project.namespace, compiled=False)},
+        )
 
+    def kernels(
+        self,
+        top: Table,
+        kernels: Mapping[str, Any],
+        backends: tuple[str, ...],
+        stable: Version | None,
+    ) -> tuple[list[_Cuda], list[_Cuda], list[KernelSpec]]:
+        """The `[kernel.<name>]` tables: the CUDA ones and the CPU ones to build into their
+        libraries, and a skipped spec for each of another backend."""
         cuda: list[_Cuda] = []
         cpu: list[_Cuda] = []
         skipped: list[KernelSpec] = []
-        for name, value in kernels_value.items():
+        for name, value in kernels.items():
             if name == KERNEL:
                 raise top.error(
                     f"kernel.{name}",
@@ -434,31 +484,9 @@ class _Reader:
                 if backend not in ("cuda", "cpu")
                 else f'backend = "{backend}" is not in [general].backends'
             )
-            skipped.append(self.skipped(name, ns, Reason("platform-excluded", why), stable))
-
-        libraries: list[KernelSpec] = []
-        if cuda or not cpu:
-            library = self.library(
-                ns, cuda, torch_sources, torch_includes, torch_cxx, stable, min_cuda, max_cuda
-            )
-            if not cuda:
-                library = _replace_skip(
-                    library,
-                    Reason("platform-excluded", "build.toml declares no CUDA kernel to build"),
-                )
-            libraries.append(library)
-        if cpu:
-            libraries.append(
-                self.cpu_library(ns, cpu, torch_sources, torch_includes, torch_cxx, stable_cpu)
-            )
-        libraries = [replace(spec, min_torch=min_torch, max_torch=max_torch) for spec in libraries]
-        return Manifest(
-            path=self.project.path,
-            package=self.project.python_name,
-            package_dir=package_dir,
-            kernels=(*libraries, *skipped),
-            generated={"_ops.py": ops_py(ns, kernels=tuple(spec.name for spec in libraries))},
-        )
+            reason = Reason("platform-excluded", why)
+            skipped.append(self.skipped(name, self.project.namespace, reason, stable))
+        return cuda, cpu, skipped
 
     def framework_table(self, top: Table, key: str) -> Mapping[str, Any]:
         value = top.data[key]

@@ -10,6 +10,9 @@ env-prefix = "LLM_OPS"                 # <PREFIX>_KERNELS / <PREFIX>_KERNELS_REQ
 [tool.kernelpack.deps]
 mylib = "third_party/mylib/include"    # a folder, relative to the project root
 otherlib = "otherlib_headers"          # or an installed Python package (its include/ folder)
+[tool.kernelpack.release]
+default = "cu130stable2.10"            # the variant `kernelpack index` re-versions for PyPI
+index-url = "https://example.org/whl/{cuda}/simple"   # recorded; run-time reasons name it
 ```
 """
 
@@ -34,7 +37,13 @@ from kernelpack.project._toml import (
 )
 from kernelpack_runtime.arch import Arch
 
-__all__ = ["BUILTIN_DEPS", "SETTINGS_KEYS", "SETTINGS_KEY_DECLARATIONS", "Settings"]
+__all__ = [
+    "BUILTIN_DEPS",
+    "SETTINGS_KEYS",
+    "SETTINGS_KEY_DECLARATIONS",
+    "ReleaseSettings",
+    "Settings",
+]
 
 #: Built-in `depends` names -> the Python package (wheel) that ships their headers.
 BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
@@ -44,6 +53,21 @@ _ENV_PREFIX = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _ENV_PREFIX_RE = re.compile(_ENV_PREFIX.strip("^$"))
 _DEP_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 _DEP_NAME_RE = re.compile(_DEP_NAME.strip("^$"))
+_LABEL = r"^(cu[0-9]{2,4}|cpu)(torch|stable)[0-9][0-9A-Za-z.]*$"
+_RELEASE_KEYS = ("default", "index-url")
+# An index URL reaches messages, the build record and generated workflows: one plain word.
+_URL = r"https?://[^\s\"'`$\\<>]+"
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """`[tool.kernelpack.release]`: how `kernelpack index` publishes the project's wheels."""
+
+    default: str | None = None
+    """The variant label (`cu130stable2.10`) whose wheels go to PyPI with the plain version."""
+    index_url: str | None = None
+    """The variant index users install from; `{cuda}` stands for the CUDA label (`cu130`).
+    Recorded in the build record, so a run-time `cuda-mismatch` names the install line."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,26 @@ class Settings:
         ),
     )
     """Dependency name -> include folder (relative to the project root) or Python package."""
+    release: ReleaseSettings = field(
+        default_factory=ReleaseSettings,
+        metadata=key_metadata(
+            "release",
+            "table: default, index-url",
+            "`{}`",
+            "release channels: `default`, the variant label PyPI gets (`cu130stable2.10`); "
+            "`index-url`, the variant index (`https://…/{cuda}/simple`), recorded in the build "
+            "record for run-time install hints",
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "default": {"type": "string", "pattern": _LABEL},
+                    "index-url": {"type": "string", "pattern": f"^{_URL}$"},
+                },
+            },
+        ),
+    )
+    """`[tool.kernelpack.release]`."""
 
     @property
     def dep_names(self) -> frozenset[str]:
@@ -153,6 +197,7 @@ class Settings:
             arch=table.arch("arch"),
             env_prefix=prefix,
             deps=_deps(shown, data.get("deps")),
+            release=_release(shown, data.get("release")),
         )
 
 
@@ -164,6 +209,30 @@ def _manifest_path(table: Table, manifest: str | None, root: Path) -> Path | Non
             "manifest", f'"{manifest}" is absolute', "expected a path relative to the project root"
         )
     return root / manifest
+
+
+def _release(shown: str, value: Any) -> ReleaseSettings:
+    if value is None:
+        return ReleaseSettings()
+    if not isinstance(value, dict):
+        raise Table(shown, _TABLE, {}).error(
+            "release", "is not a table", "expected a [tool.kernelpack.release] table"
+        )
+    table = Table(shown, f"{_TABLE}.release", value)
+    table.check_keys(_RELEASE_KEYS)
+    default = table.string("default", expected="a variant label such as cu130stable2.10")
+    if default is not None and not re.fullmatch(_LABEL, default):
+        raise table.error(
+            "default", f"{quote(default)} is not a variant label", "expected e.g. cu130stable2.10"
+        )
+    url = table.string("index-url", expected="an http(s) URL, {cuda} for the CUDA label")
+    if url is not None and not re.fullmatch(_URL, url):
+        raise table.error(
+            "index-url",
+            f"{quote(url)} is not an http(s) URL",
+            "expected e.g. https://example.org/whl/{cuda}/simple",
+        )
+    return ReleaseSettings(default=default, index_url=url)
 
 
 def _deps(shown: str, value: Any) -> dict[str, str]:

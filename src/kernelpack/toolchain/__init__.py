@@ -2,6 +2,6 @@
 
 `detection` finds nvcc, CUDA, torch (through `torchprobe`), the cores and memory;
 `launcher` chooses the compiler launcher (ccache, sccache) and runs its per-build session;
-`deps` resolves named header-only dependencies; `environment` reads the variables of the field
-(MAX_JOBS, TORCH_CUDA_ARCH_LIST, KERNELPACK_ARCH) that shape a build.
+`deps` resolves named header-only dependencies; `environment` declares every variable a build
+honours and reads them once into a `BuildEnvironment`, which the plan carries.
 """

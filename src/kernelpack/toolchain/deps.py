@@ -12,14 +12,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 from kernelpack.errors import ManifestError, UsageError
 from kernelpack.project._toml import display_path
 from kernelpack.project.settings import BUILTIN_DEPS, Settings
+from kernelpack.toolchain.environment import BuildEnvironment, dep_variable
 
-__all__ = ["BUILTIN_DEPS", "env_var", "include_dirs", "known_deps", "resolve"]
+__all__ = ["BUILTIN_DEPS", "include_dirs", "known_deps", "resolve"]
 
 # Inside the cutlass_library package (and a CUTLASS checkout): the header folders to add.
 _CUTLASS_INCLUDES = (("include",), ("tools", "util", "include"))
@@ -30,20 +31,17 @@ def known_deps(settings: Settings | None) -> frozenset[str]:
     return (settings or Settings()).dep_names
 
 
-def env_var(name: str) -> str:
-    """The variable overriding dependency `name`: `KERNELPACK_CUTLASS_DIR`."""
-    return "KERNELPACK_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_DIR"
-
-
 def resolve(
-    name: str, settings: Settings, root: Path, environ: Mapping[str, str] | None = None
+    name: str, settings: Settings, root: Path, environment: BuildEnvironment | None = None
 ) -> tuple[Path, ...]:
     """The include folders of dependency `name` for a project with `settings` rooted at
-    `root`; raise (one line) when it cannot be found on this machine."""
-    environ = os.environ if environ is None else environ
-    override = environ.get(env_var(name))
-    if override:
-        return _from_override(name, Path(override))
+    `root` (`KERNELPACK_<NAME>_DIR` from `environment`, default: read from `os.environ`);
+    raise (one line) when it cannot be found on this machine."""
+    if environment is None:
+        environment = BuildEnvironment.from_environ(os.environ)
+    override = dict(environment.dep_dirs).get(dep_variable(name))
+    if override is not None:
+        return _from_override(name, override)
     target = settings.deps.get(name)
     if target is not None:
         return _from_setting(name, target, settings, root)
@@ -59,16 +57,16 @@ def include_dirs(
     names: Iterable[str],
     settings: Settings,
     root: Path,
-    environ: Mapping[str, str] | None = None,
+    environment: BuildEnvironment | None = None,
 ) -> tuple[Path, ...]:
     """The include folders of every dependency in `names`, in order and without repeats;
     raise (one line) for the first that cannot be found here."""
-    found = (folder for name in names for folder in resolve(name, settings, root, environ))
+    found = (folder for name in names for folder in resolve(name, settings, root, environment))
     return tuple(dict.fromkeys(found))
 
 
 def _from_override(name: str, folder: Path) -> tuple[Path, ...]:
-    variable = env_var(name)
+    variable = dep_variable(name)
     if not folder.is_dir():
         raise UsageError(f"{variable}={folder}: not a folder; expected the headers of {name!r}")
     if name == "cutlass":
@@ -91,7 +89,7 @@ def _from_setting(name: str, target: str, settings: Settings, root: Path) -> tup
                 f'"{target}" is neither a folder nor an installed package',
                 kernel="tool.kernelpack.deps",
                 key=name,
-                expected=f"expected to install {target} or set {env_var(name)}",
+                expected=f"expected to install {target} or set {dep_variable(name)}",
             )
         include = package / "include"
         return (include if include.is_dir() else package,)
@@ -100,7 +98,7 @@ def _from_setting(name: str, target: str, settings: Settings, root: Path) -> tup
         f'folder "{target}" does not exist',
         kernel="tool.kernelpack.deps",
         key=name,
-        expected=f"expected a folder in {display_path(root)} or {env_var(name)}=<folder>",
+        expected=f"expected a folder in {display_path(root)} or {dep_variable(name)}=<folder>",
     )
 
 

@@ -5,7 +5,8 @@ plan turns them into skips. It never initialises CUDA, and it does not import to
 calling process: torch is inspected by one `python -c` subprocess
 (`kernelpack.toolchain.torchprobe`).
 
-Environment variables read by `detect()`:
+The variables `detect()` honours, as read into a `BuildEnvironment`
+(`kernelpack.toolchain.environment`):
 
 - `CUDA_HOME` / `CUDA_PATH`: the CUDA toolkit to use (its `bin/nvcc`).
 - `PATH`: where `nvcc`, `sccache` and `ccache` are looked up.
@@ -15,8 +16,9 @@ Environment variables read by `detect()`:
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
   may use. Memory is not budgeted here: the build's job pools (`builder.graph.Pools`)
   bound the compiles by the memory `Toolchain.memory` reports.
-- `XDG_CACHE_HOME` (default `~/.cache`): torch's facts are cached below it (see
-  `kernelpack.toolchain.torchprobe`, the one owner of asking torch).
+
+Torch's facts are cached below `XDG_CACHE_HOME` (default `~/.cache`; see
+`kernelpack.toolchain.torchprobe`, the one owner of asking torch).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kernelpack.errors import UsageError
 from kernelpack.toolchain import torchprobe
+from kernelpack.toolchain.environment import BuildEnvironment
 from kernelpack.toolchain.launcher import find as find_launcher
 from kernelpack.toolchain.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
@@ -129,15 +131,23 @@ class Toolchain:
         }
 
 
-def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None) -> Toolchain:
+def detect(
+    environ: Mapping[str, str] | None = None,
+    *,
+    python: str | None = None,
+    environment: BuildEnvironment | None = None,
+) -> Toolchain:
     """Inspect this machine (nvcc, CUDA_HOME, torch, launcher, cores, memory).
 
-    `python` is the interpreter whose torch the kernels are built against (default: this
-    one, whose torch facts are cached; see the module docstring). Raises `UsageError` only
-    for a malformed `KERNELPACK_JOBS` or `KERNELPACK_LAUNCHER`.
+    The variables come from `environment` (default: read from `environ`, default
+    `os.environ`). `python` is the interpreter whose torch the kernels are built against
+    (default: this one, whose torch facts are cached; see the module docstring). Raises
+    `UsageError` only for a malformed variable or a `KERNELPACK_LAUNCHER` that is not there.
     """
-    env = dict(environ)
-    nvcc = _nvcc(env)
+    if environment is None:
+        environment = BuildEnvironment.from_environ(os.environ if environ is None else environ)
+    env = dict(environment.inherited)
+    nvcc = _nvcc(environment)
     torch = torchprobe.probe(env, cuda_home=nvcc.cuda_home, python=python)
     torch_version = _version(torch.version, public=True)
     torch_missing = torch.error
@@ -156,8 +166,8 @@ def detect(environ: Mapping[str, str] = os.environ, *, python: str | None = None
         torch_dir=Path(torch.torch_dir) if torch.torch_dir else None,
         torch_extension=torch.extension,
         nvidia_include_dirs=_nvidia_include_dirs(list(torch.nvidia_roots)),
-        launcher=find_launcher(env),
-        jobs=_jobs(env),
+        launcher=find_launcher(environment),
+        jobs=environment.jobs or _cores(),
         memory=available_memory(),
         nvcc_missing=nvcc.missing,
         torch_missing=torch_missing,
@@ -174,20 +184,18 @@ class _Nvcc:
     missing: Reason | None = None
 
 
-def _nvcc(env: dict[str, str]) -> _Nvcc:
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = env.get(var)
-        if home:
-            candidate = Path(home) / "bin" / "nvcc"
-            if not _is_executable(candidate):
-                return _Nvcc(
-                    cuda_home=Path(home),
-                    missing=_missing(
-                        f"{var}={home} has no bin/nvcc; point {var} at a CUDA toolkit"
-                    ),
-                )
-            return _probe_nvcc(_resolve_wrappers(candidate), Path(home), env)
-    on_path = shutil.which("nvcc", path=env.get("PATH", ""))
+def _nvcc(environment: BuildEnvironment) -> _Nvcc:
+    env = dict(environment.inherited)
+    if environment.cuda_home is not None:
+        var, home = environment.cuda_home
+        candidate = home / "bin" / "nvcc"
+        if not _is_executable(candidate):
+            return _Nvcc(
+                cuda_home=home,
+                missing=_missing(f"{var}={home} has no bin/nvcc; point {var} at a CUDA toolkit"),
+            )
+        return _probe_nvcc(_resolve_wrappers(candidate), home, env)
+    on_path = shutil.which("nvcc", path=environment.path)
     if on_path is not None:
         real = _resolve_wrappers(Path(on_path))
         return _probe_nvcc(real, _toolkit_root(real), env)
@@ -295,15 +303,6 @@ def _nvidia_include_dirs(roots: object) -> tuple[Path, ...]:
                 if include.is_dir() and include not in found:
                     found.append(include)
     return tuple(found)
-
-
-def _jobs(env: dict[str, str]) -> int:
-    forced = env.get("KERNELPACK_JOBS", "").strip()
-    if forced:
-        if not forced.isdigit() or int(forced) < 1:
-            raise UsageError(f"KERNELPACK_JOBS={forced} is not a positive integer")
-        return int(forced)
-    return _cores()
 
 
 def _cores() -> int:

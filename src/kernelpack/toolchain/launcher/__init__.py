@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
-from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelpack.errors import UsageError
+
+if TYPE_CHECKING:
+    from kernelpack.toolchain.environment import BuildEnvironment
 
 __all__ = ["KINDS", "find", "kind_of"]
 
@@ -21,13 +24,13 @@ __all__ = ["KINDS", "find", "kind_of"]
 KINDS = ("sccache", "ccache")
 
 
-def find(environ: Mapping[str, str]) -> Path | None:
-    """The launcher `environ` asks for (see the module docstring); None for no launcher.
+def find(environment: BuildEnvironment) -> Path | None:
+    """The launcher `environment` asks for (see the module docstring); None for no launcher.
 
     Raises `UsageError` when `KERNELPACK_LAUNCHER` names something that is not installed.
     """
-    search = environ.get("PATH", "")
-    forced = environ.get("KERNELPACK_LAUNCHER", "").strip()
+    search = environment.path
+    forced = environment.launcher or ""
     if forced.lower() == "none":
         return None
     if forced:

@@ -98,6 +98,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "linux-h100-4x, 4x, x4, 4gpu; else 1); more than one runs the GPU tests with one "
         "pytest-xdist worker per GPU (-n N --kernels-gpus auto)",
     )
+    _release_options(parser)
+    parser.add_argument(
+        "--kernelpack-version",
+        help="kernelpack version the jobs install (default: uv.lock's, else this one)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
+    )
+    parser.set_defaults(func=run)
+
+
+def _release_options(parser: argparse.ArgumentParser) -> None:
+    """The release channels' options (`kernelpack index` and where its site goes)."""
     parser.add_argument(
         "--publish",
         default=",".join(PUBLISH),
@@ -112,14 +125,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the variant PyPI gets (default: [tool.kernelpack.release] default, else the "
         "only variant built)",
     )
-    parser.add_argument(
-        "--kernelpack-version",
-        help="kernelpack version the jobs install (default: uv.lock's, else this one)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
-    )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -270,8 +270,7 @@ class Workflow:
         `python` is one version or a comma-separated list. `kernelpack` defaults to the
         version in the lock, else to this one. `gpu_tests` (a folder or file in `repo`) adds
         a pytest run of them to the smoke test; `gpu_count` defaults to the count the
-        `gpu_runner` label states (`gpu_count_of`), else 1.
-        """
+        `gpu_runner` label states (`gpu_count_of`), else 1. `publish`: see `PUBLISH`."""
         lock = repo / "uv.lock"
         locked = _locked(lock) if lock.is_file() else {}
         version = _cuda_version(cuda, locked)
@@ -285,10 +284,6 @@ class Workflow:
             known = ", ".join(machine for machine, _ in _RUNNERS)
             raise UsageError(f"--gpu-machine {gpu_machine!r}: expected one of {known}")
         tests, count = _gpu_tests(repo, gpu_runner, gpu_tests, gpu_count)
-        channels = _publish(publish)
-        label = default_label or project.settings.release.default
-        if label is not None and not re.fullmatch(r"(cu\d{2,4}|cpu)(torch|stable)\d[\w.]*", label):
-            raise UsageError(f"--default {label!r}: not a variant label such as cu130stable2.10")
         project_dir = _posix(project.root, repo)
         holder = next(
             (link for link in gitlinks(repo) if project_dir == link or link in project_dir.parents),
@@ -319,8 +314,8 @@ class Workflow:
                 for name in ("pytest", "pytest-xdist")
             ),
             dist=project.dist_name,
-            publish=channels,
-            default_label=label,
+            publish=_publish(publish),
+            default_label=_default_label(default_label or project.settings.release.default),
         )
 
     @property
@@ -476,6 +471,13 @@ class Workflow:
             smoke=self._smoke(submodules),
             publish_needs="[build, smoke]" if self.gpu_runner else "build",
         ) + self._channels(submodules)
+
+
+def _default_label(label: str | None) -> str | None:
+    """The checked `--default` (or `[tool.kernelpack.release] default`)."""
+    if label is not None and not re.fullmatch(r"(cu\d{2,4}|cpu)(torch|stable)\d[\w.]*", label):
+        raise UsageError(f"--default {label!r}: not a variant label such as cu130stable2.10")
+    return label
 
 
 def _publish(text: str) -> tuple[str, ...]:

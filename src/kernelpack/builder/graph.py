@@ -8,6 +8,16 @@ rebuilds too. Each kernel links into `lib/<kernel>/_C<suffix>` through a tempora
 Paths below the project root are written relative to the build folder (where ninja runs), so
 that the compiler launcher, with its base folder set to the project root, sees the same
 command lines in a fresh clone elsewhere.
+
+Outputs are path-independent and reproducible: every compile maps the project root's
+relative spelling away (`-ffile-prefix-map`, through `-Xcompiler` for nvcc's host side), so
+`__FILE__` and debug file names are project-relative; every compile seeds the compiler's
+"random" names with its object path (`-frandom-seed`); nvcc keeps its intermediate files
+beside the object (`-objtemp`: their names reach the object's symbol table, and nvcc's own
+temporary names hold its process id); and cudafe++ and cicc, which nvcc hands the source's
+absolute path to hash anonymous namespaces with, get the project-relative path instead (the
+last `--orig_src_path_name` wins). Two clones at different paths then compile byte-identical
+objects, with or without a compiler launcher.
 """
 
 from __future__ import annotations
@@ -121,6 +131,12 @@ def render(
     w.variable("nvcc_append", _words(nvcc_append))
     w.variable("cxx", _words([cxx]))
     w.variable("cc", _words([cc]))
+    # `../../` (the root as the build folder spells it) -> ``: project-relative file names.
+    # (nvcc splits -Xcompiler values at commas: a folder named with one keeps its prefix.)
+    prefix = _root_prefix(build_dir, root)
+    prefix_map = [] if "," in prefix else [f"-ffile-prefix-map={prefix}="]
+    w.variable("prefix_map", _words(prefix_map))
+    w.variable("nvcc_prefix_map", _words([x for m in prefix_map for x in ("-Xcompiler", m)]))
     w.newline()
     w.pool("heavy", pools.heavy)
     w.pool("light", pools.light)
@@ -136,22 +152,25 @@ def _write_rules(w: Writer) -> None:
     """The compile rules (nvcc, c++, cc: with depfiles) and the link rule."""
     w.rule(
         "nvcc",
-        "$launcher $nvcc $nvcc_prepend $defines $includes $flags -MD -MF $out.d -c $in -o $out"
-        " $nvcc_append",
+        "$launcher $nvcc $nvcc_prepend $defines $includes $flags $nvcc_prefix_map"
+        " -frandom-seed=$out -objtemp -Xcudafe --orig_src_path_name=$source"
+        " -Xcicc --orig_src_path_name=$source -MD -MF $out.d -c $in -o $out $nvcc_append",
         depfile="$out.d",
         deps="gcc",
         description="nvcc $out",
     )
     w.rule(
         "cxx",
-        "$launcher $cxx $defines $includes $flags -MMD -MF $out.d -c $in -o $out",
+        "$launcher $cxx $defines $includes $flags $prefix_map -frandom-seed=$out"
+        " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",
         description="c++ $out",
     )
     w.rule(
         "cc",
-        "$launcher $cc $defines $includes $flags -MMD -MF $out.d -c $in -o $out",
+        "$launcher $cc $defines $includes $flags $prefix_map -frandom-seed=$out"
+        " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",
         description="cc $out",
@@ -189,7 +208,12 @@ def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path
             [_path(obj)],
             rule,
             [_path(_relative(Path(source), build_dir=build_dir, root=root))],
-            variables={"defines": defines, "includes": includes, "flags": _words(extra)},
+            variables={
+                "defines": defines,
+                "includes": includes,
+                "flags": _words(extra),
+                "source": _words([_project_name(source, root)]),
+            },
             pool=pool if rule != "cc" else None,
         )
     w.build(
@@ -209,6 +233,23 @@ def _relative(path: Path, *, build_dir: Path, root: Path) -> str:
     except ValueError:
         return str(path)
     return os.path.relpath(path, build_dir)
+
+
+def _root_prefix(build_dir: Path, root: Path) -> str:
+    """The project root as the graph spells paths below it, relative to the build folder
+    and with a trailing slash (`../../`). Never absolute: an absolute path on the command
+    line would differ between clones, and so would every cache key."""
+    return os.path.relpath(root.absolute(), build_dir.absolute()) + "/"
+
+
+def _project_name(source: Path, root: Path) -> str:
+    """A source's name for nvcc's front ends: project-relative (`pkg/k/k.cu`) below the
+    root, else absolute (a file outside the project is the same file in every clone)."""
+    source = source.absolute()
+    try:
+        return source.relative_to(root.absolute()).as_posix()
+    except ValueError:
+        return source.as_posix()
 
 
 def _words(words: Sequence[str]) -> str:

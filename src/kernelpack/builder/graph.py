@@ -59,19 +59,29 @@ class Pools:
     light: int
 
     @classmethod
-    def for_memory(cls, jobs: int, available_bytes: int | None, threads: int = 1) -> Pools:
+    def for_memory(
+        cls,
+        jobs: int,
+        available_bytes: int | None,
+        threads: int = 1,
+        *,
+        heavy_bytes: int = HEAVY_JOB_BYTES,
+        light_bytes: int = LIGHT_JOB_BYTES,
+    ) -> Pools:
         """Bound each pool by `jobs` and by what fits in `available_bytes`.
 
         A compile of `threads` nvcc threads (`--threads`, one arch each) counts as `threads`
         jobs and needs `threads` times the memory of one: slots x threads x per-job memory
-        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot)."""
+        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot).
+        `heavy_bytes`/`light_bytes` are one job's memory: the estimates, or the peaks the
+        last build measured (`kernelpack.builder.memory`)."""
         threads = max(1, threads)
         cpu = max(1, jobs // threads)
         if available_bytes is None:
             return cls(heavy=cpu, light=cpu)
         return cls(
-            heavy=max(1, min(cpu, available_bytes // (HEAVY_JOB_BYTES * threads))),
-            light=max(1, min(cpu, available_bytes // (LIGHT_JOB_BYTES * threads))),
+            heavy=max(1, min(cpu, available_bytes // (max(1, heavy_bytes) * threads))),
+            light=max(1, min(cpu, available_bytes // (max(1, light_bytes) * threads))),
         )
 
 
@@ -114,11 +124,14 @@ def render(
     pools: Pools,
     nvcc_prepend: Sequence[str] = (),
     nvcc_append: Sequence[str] = (),
+    measure: Sequence[str] = (),
 ) -> str:
     """The text of `build.ninja` for `kernels`, built in `build_dir` of project `root`.
 
     `nvcc_prepend`/`nvcc_append` carry `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS` onto the
     command line, where ninja (rebuild on change) and the compiler cache (hash) see them.
+    `measure` (the memory shim's words, `kernelpack.builder.memory.shim`) goes in front of
+    every compile as `<measure> $out -- <command>`; the launcher never sees it.
     """
 
     out = io.StringIO()
@@ -131,6 +144,7 @@ def render(
     w.variable("nvcc_append", _words(nvcc_append))
     w.variable("cxx", _words([cxx]))
     w.variable("cc", _words([cc]))
+    w.variable("measure", _words(measure))
     # `../../` (the root as the build folder spells it) -> ``: project-relative file names.
     # (nvcc splits -Xcompiler values at commas: a folder named with one keeps its prefix.)
     prefix = _root_prefix(build_dir, root)
@@ -141,18 +155,19 @@ def render(
     w.pool("heavy", pools.heavy)
     w.pool("light", pools.light)
     w.newline()
-    _write_rules(w)
+    _write_rules(w, "$measure $out -- " if measure else "")
     for kernel in kernels:
         _write_kernel(w, kernel, build_dir=build_dir, root=root)
     w.default([_path(k.library) for k in kernels])
     return out.getvalue()
 
 
-def _write_rules(w: Writer) -> None:
-    """The compile rules (nvcc, c++, cc: with depfiles) and the link rule."""
+def _write_rules(w: Writer, front: str) -> None:
+    """The compile rules (nvcc, c++, cc: with depfiles, each behind `front`) and the link
+    rule."""
     w.rule(
         "nvcc",
-        "$launcher $nvcc $nvcc_prepend $defines $includes $flags $nvcc_prefix_map"
+        front + "$launcher $nvcc $nvcc_prepend $defines $includes $flags $nvcc_prefix_map"
         " -frandom-seed=$out -objtemp -Xcudafe --orig_src_path_name=$source"
         " -Xcicc --orig_src_path_name=$source -MD -MF $out.d -c $in -o $out $nvcc_append",
         depfile="$out.d",
@@ -161,7 +176,7 @@ def _write_rules(w: Writer) -> None:
     )
     w.rule(
         "cxx",
-        "$launcher $cxx $defines $includes $flags $prefix_map -frandom-seed=$out"
+        front + "$launcher $cxx $defines $includes $flags $prefix_map -frandom-seed=$out"
         " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",
@@ -169,7 +184,7 @@ def _write_rules(w: Writer) -> None:
     )
     w.rule(
         "cc",
-        "$launcher $cc $defines $includes $flags $prefix_map -frandom-seed=$out"
+        front + "$launcher $cc $defines $includes $flags $prefix_map -frandom-seed=$out"
         " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",

@@ -10,6 +10,7 @@ raises `BuildError` before anything is installed, so the previous libraries stay
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -35,6 +36,7 @@ from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
 from kernelpack.toolchain.launcher import cache as compiler_cache
+from kernelpack.toolchain.launcher import farm
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
 from kernelpack_runtime._files import write_text_atomic
@@ -408,6 +410,13 @@ def build_project(
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see
     `install.install_inplace` and `kernelpack.backend.wheel`."""
+    settings = project.settings
+    environ = farm.with_settings(
+        os.environ if environ is None else environ,
+        settings.dist_scheduler,
+        settings.dist_token_file,
+        project.root,
+    )
     options = BuildOptions(
         root=project.root,
         build_dir=build_dir or build_dir_for(project),

@@ -1,14 +1,15 @@
 """Distributed compilation on an sccache-dist farm (a scheduler and its build servers).
 
 `KERNELPACK_DIST_SCHEDULER=<url>` names the scheduler; its client token comes from
-`KERNELPACK_DIST_TOKEN` or from the file `KERNELPACK_DIST_TOKEN_FILE` names. The build's
-private sccache server then reads a private client configuration (`client_config`): the
-`[dist]` table sccache-dist documents (`scheduler_url`, `[dist.auth]` token, no hand-made
-toolchains: sccache packages the local compilers itself, nvcc's included, and splits each
-nvcc compile into host-preprocess, cicc and ptxas steps it can send to the servers). The
-file is written for one build, readable by its owner only, and removed afterwards; the
-packaged toolchains stay in `$XDG_CACHE_HOME/kernelpack/sccache-dist`, so the next build
-need not package them again.
+`KERNELPACK_DIST_TOKEN` or from the file `KERNELPACK_DIST_TOKEN_FILE` names (a project's
+`[tool.kernelpack]` `dist-scheduler` and `dist-token-file` fill in what the environment does
+not say: `with_settings`). The build's private sccache server then reads a private client
+configuration (`client_config`): the `[dist]` table sccache-dist documents (`scheduler_url`,
+`[dist.auth]` token, no hand-made toolchains: sccache packages the local compilers itself,
+nvcc's included, and splits each nvcc compile into host-preprocess, cicc and ptxas steps it
+can send to the servers). The file is written for one build, readable by its owner only, and
+removed afterwards; the packaged toolchains stay in
+`$XDG_CACHE_HOME/kernelpack/sccache-dist`, so the next build need not package them again.
 
 Before the build uses the farm, `check()` asks the scheduler once (bounded in time): an
 unreachable scheduler, a rejected token or a farm with no build server is one warning and
@@ -40,6 +41,7 @@ __all__ = [
     "Farm",
     "FarmStats",
     "client_config",
+    "with_settings",
 ]
 
 SCHEDULER = "KERNELPACK_DIST_SCHEDULER"
@@ -132,6 +134,20 @@ class Farm:
         except OSError as exc:
             return f"the scheduler {self.scheduler} is unreachable ({_reason(exc)})"
         return None
+
+
+def with_settings(
+    environ: Mapping[str, str], scheduler: str | None, token_file: str | None, root: Path
+) -> dict[str, str]:
+    """`environ` plus a project's `[tool.kernelpack]` `dist-scheduler` / `dist-token-file`
+    where the environment names none (the environment wins; a relative token file is
+    relative to the project `root`, `~` expands)."""
+    env = dict(environ)
+    if scheduler and not env.get(SCHEDULER, "").strip():
+        env[SCHEDULER] = scheduler
+    if token_file and not env.get(TOKEN) and not env.get(TOKEN_FILE, "").strip():
+        env[TOKEN_FILE] = str(root / Path(token_file).expanduser())
+    return env
 
 
 def client_config(farm: Farm, folder: Path, environ: Mapping[str, str]) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -240,3 +241,29 @@ def test_killed_build_leaves_no_process_of_its_own(farm: LocalFarm, tmp_path: Pa
     assert _marked("killed") == []
     assert farm.pids() == farm_pids  # the farm itself is the test's, and still serves
     assert farm.status().get("num_servers") == 2
+
+
+def test_a_build_server_dying_mid_build_leaves_a_whole_build(tmp_path: Path) -> None:
+    """Its own farm (the shared one keeps its servers): every build server is killed once a
+    compile reached one; sccache compiles the failed steps here and the build ends, exit 0."""
+    root = _clone(tmp_path / "llm_ops")
+    with LocalFarm(tmp_path / "farm", servers=2) as own:
+        env = _env(tmp_path / "cache", "dying", **_farm_env(own), LLM_OPS_KERNELS="silu_mul")
+        build = subprocess.Popen(
+            [str(KERNELPACK), "build", "--inplace", str(root)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not own.status().get("in_progress"):
+            time.sleep(0.05)
+        assert own.status().get("in_progress"), "no compile reached the farm"
+        for server in own.server_procs:
+            server.kill()
+        out, _ = build.communicate(timeout=600)
+    assert build.returncode == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("cache:"))
+    assert re.search(r"farm \S+: \d+ compiled remotely, [1-9]\d* locally", line), line
+    assert (root / "llm_ops" / "silu_mul" / "_C.abi3.so").is_file()

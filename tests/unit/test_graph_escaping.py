@@ -109,3 +109,12 @@ def test_compiles_name_files_relative_to_the_project_and_seed_by_object(tmp_path
     assert "-frandom-seed=obj/k/k/b.cpp.o" in cxx
     # No absolute path of the clone reaches a command line (the cache keys stay the same).
     assert not any(str(tmp_path / ODD) in word for word in nvcc[1:] + cxx[1:])
+
+
+def test_through_sccache_nvcc_also_maps_the_absolute_root(tmp_path: Path) -> None:
+    # sccache gives nvcc the source's absolute path, which __FILE__ would otherwise hold.
+    commands = _commands(tmp_path, launcher=tmp_path / "bin" / "sccache")
+    nvcc = next(c for c in commands if len(c) > 1 and c[1].endswith("nvcc"))
+    assert f"-ffile-prefix-map={tmp_path / ODD}/=" in nvcc
+    cxx = next(c for c in commands if len(c) > 1 and c[1] == "c++")
+    assert not any(str(tmp_path / ODD) in word for word in cxx[1:])

@@ -17,7 +17,8 @@ beside the object (`-objtemp`: their names reach the object's symbol table, and 
 temporary names hold its process id); and cudafe++ and cicc, which nvcc hands the source's
 absolute path to hash anonymous namespaces with, get the project-relative path instead (the
 last `--orig_src_path_name` wins). Two clones at different paths then compile byte-identical
-objects, with or without a compiler launcher.
+objects, with or without a compiler launcher. (Through sccache, which hands nvcc absolute
+source paths, nvcc's host side also maps the absolute root away.)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ninja.ninja_syntax import Writer, escape, escape_path
 
 from kernelpack.builder.flags import KernelFlags
 from kernelpack.errors import UsageError
+from kernelpack.toolchain.launcher import kind_of
 
 __all__ = ["FILENAME", "HEAVY_JOB_BYTES", "LIGHT_JOB_BYTES", "GraphKernel", "Pools", "render"]
 
@@ -149,8 +151,16 @@ def render(
     # (nvcc splits -Xcompiler values at commas: a folder named with one keeps its prefix.)
     prefix = _root_prefix(build_dir, root)
     prefix_map = [] if "," in prefix else [f"-ffile-prefix-map={prefix}="]
+    nvcc_maps = list(prefix_map)
+    absolute = f"{root.absolute()}/"
+    if kind_of(launcher) == "sccache" and "," not in absolute:
+        # sccache hands nvcc the source's canonical absolute path (its nvcc support does, so
+        # that cicc's inputs hash alike), which reaches __FILE__: map the root itself too.
+        # That path is on the command line, so a clone at another path misses sccache's
+        # cache for these compiles (it re-ran their cudafe++ and cicc steps there anyway).
+        nvcc_maps.append(f"-ffile-prefix-map={absolute}=")
     w.variable("prefix_map", _words(prefix_map))
-    w.variable("nvcc_prefix_map", _words([x for m in prefix_map for x in ("-Xcompiler", m)]))
+    w.variable("nvcc_prefix_map", _words([x for m in nvcc_maps for x in ("-Xcompiler", m)]))
     w.newline()
     w.pool("heavy", pools.heavy)
     w.pool("light", pools.light)

@@ -2,7 +2,8 @@
 
 Used by the farm tests (`tests/integration/test_dist_farm.py`) and the benchmarks
 (`benchmarks/dist_local.py`). Every process is started here, listens on 127.0.0.1 only and
-is stopped by `LocalFarm.stop()` (or the context manager). The build servers need root and
+is stopped by `LocalFarm.stop()` (or the context manager), or gets SIGTERM when the process
+that started it dies. The build servers need root and
 bubblewrap (sccache-dist's `overlay` builder: "the build server *must* be run as root",
 docs/DistributedQuickstart.md); `unavailable()` says why a farm cannot run here.
 
@@ -29,6 +30,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kernelpack import processes
 
 __all__ = ["LocalFarm", "sccache_dist", "unavailable"]
 
@@ -174,8 +177,11 @@ class LocalFarm:
         self, binary: str, role: str, config: Path, log: Path, cores: set[int] | None = None
     ) -> subprocess.Popen[bytes]:
         env = {**os.environ, "SCCACHE_NO_DAEMON": "1", "SCCACHE_LOG": "warn"}
+        # SIGTERM when the process that started the farm dies, however it dies.
+        lead = processes.group_leader(os.getpid())
 
         def pin() -> None:
+            lead()
             if cores:
                 os.sched_setaffinity(0, cores)
 

@@ -1,7 +1,8 @@
 """Path-independent, reproducible outputs: two clones at different absolute paths, each with
 its own empty compiler cache (so both compile for real), give byte-identical libraries and
 wheels (with SOURCE_DATE_EPOCH) through no launcher, ccache and sccache alike; a clone in a
-third folder sharing the first's ccache gets every compile from it."""
+third folder sharing the first's ccache gets every compile from it; corrupt objects in the
+cache are compiled again, never installed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import io
 import os
 import shutil
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,30 @@ def test_a_clone_elsewhere_gets_every_compile_from_a_shared_ccache(tmp_path: Pat
     assert stats is not None
     assert (stats.misses, stats.hits > 0) == (0, True), stats  # type: ignore[attr-defined]
     assert first[0] == second[0]
+
+
+def test_corrupt_cached_objects_are_compiled_again_not_installed(tmp_path: Path) -> None:
+    """sccache's entries are zip files holding the (zstd) object: every object replaced by
+    garbage, a fresh clone at the same path counts them as cache errors, compiles them
+    again and installs the same library as before."""
+    path = _launcher("sccache")
+    env = _env(path, tmp_path / "cache")
+    first = _build(tmp_path / "a", env, tmp_path / "wheels-a")
+    corrupted = 0
+    for entry in (tmp_path / "cache").rglob("*"):
+        if entry.is_file() and "preprocessor" not in entry.parts and zipfile.is_zipfile(entry):
+            with zipfile.ZipFile(entry) as archive:
+                members = {name: archive.read(name) for name in archive.namelist()}
+            with zipfile.ZipFile(entry, "w") as archive:
+                for name, data in members.items():
+                    archive.writestr(
+                        name, b"\x28\xb5\x2f\xfd" + b"garbage" * 64 if name == "obj" else data
+                    )
+            corrupted += 1
+    assert corrupted > 0
+    shutil.rmtree(tmp_path / "a")
+    again = _build(tmp_path / "a", env, tmp_path / "wheels-b")
+    stats = again[2]
+    assert stats is not None
+    assert stats.hits == 0 and stats.errors == stats.misses > 0, stats  # type: ignore[attr-defined]
+    assert again[0] == first[0]

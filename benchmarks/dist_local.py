@@ -116,7 +116,7 @@ def main() -> int:
     if why is None:
         per = max(1, len(cores) // args.servers)
         sets = [set(cores[i * per : (i + 1) * per]) for i in range(args.servers)]
-        with LocalFarm(work / "farm", servers=args.servers, cpu_sets=sets) as farm:
+        with LocalFarm(work / "farm-servers", servers=args.servers, cpu_sets=sets) as farm:
             result["farm_status"] = farm.status()
             runs["farm"] = _build(
                 args.package,

@@ -8,8 +8,8 @@ coming back.
 
 Model, per server count N (each server `--cores` cores and `--memory` GiB):
 - the client sends each compile's inputs over one link of `--bandwidth` MB/s (transfers are
-  serialised on it), and the toolchain archive once per server (`--toolchain-mb`, 81 MB for
-  nvcc 13.0 + gcc 12 measured here);
+  serialised on it), and the toolchain archive to each server before its first job
+  (`--toolchain-mb`, 81 MB for nvcc 13.0 + gcc 12 measured here);
 - a fraction `--local-fraction` of each compile stays on the client (sccache runs nvcc's
   host preprocessing there), on `--client-cores` cores;
 - a compile then runs on the server with the earliest free core whose memory still holds
@@ -18,7 +18,9 @@ Model, per server count N (each server `--cores` cores and `--memory` GiB):
 The result is the simulated wall time and the speedup against the measured local build
 (the ninja log's first start to last end).
 
-Usage: `python benchmarks/dist_sim.py BUILD_DIR [--json OUT]`
+Usage: `python benchmarks/dist_sim.py BUILD_DIR [--json OUT]`, or without a build folder
+`--synthetic COUNT,SECONDS,GIB,MB` (COUNT equal compiles of SECONDS each, GIB peak, MB of
+inputs, one link step of 5 s, run locally on `--client-cores` for the measured figure).
 """
 
 from __future__ import annotations
@@ -87,6 +89,18 @@ def read_build(build_dir: Path) -> tuple[list[Step], float]:
     return steps, wall
 
 
+def synthetic(spec: str, client_cores: int) -> tuple[list[Step], float]:
+    """`COUNT,SECONDS,GIB,MB` compiles of one library, and their wall time on the client."""
+    count, seconds, gib, mb = spec.split(",")
+    steps = [
+        Step(f"obj/k/tu{i}.cu.o", float(seconds), int(float(gib) * GIB), int(float(mb) * MB), MB)
+        for i in range(int(count))
+    ]
+    steps.append(Step("lib/k/_C.abi3.so", 5.0, GIB, 0, 0))
+    rounds = -(-int(count) // client_cores)
+    return steps, rounds * float(seconds) + 5.0
+
+
 def _deps(build_dir: Path) -> dict[str, list[str]]:
     out = subprocess.run(
         ["ninja", "-C", str(build_dir), "-t", "deps"],
@@ -126,7 +140,8 @@ def simulate(
 ) -> float:
     """Simulated wall seconds of `steps` on `servers` servers (see the module docstring)."""
     compiles = sorted((s for s in steps if not s.link), key=lambda s: -s.seconds)
-    link_free = servers * toolchain / bandwidth  # the toolchain goes to every server first
+    link_free = 0.0
+    shipped = [False] * servers  # whether a server has the toolchain yet
     client = [0.0] * client_cores
     heapq.heapify(client)
     # Per server: a heap of (free-at, core) and the running jobs' (end, peak).
@@ -138,11 +153,11 @@ def simulate(
         local_end = local_start + step.seconds * local_fraction
         heapq.heappush(client, local_end)
         sent = max(link_free, local_end) + step.inputs / bandwidth
-        link_free = sent
         best: tuple[float, int, int] | None = None
         for index in range(servers):
             core = min(range(cores), key=lambda c: free[index][c])
-            start = max(sent, free[index][core])
+            arrival = sent if shipped[index] else sent + toolchain / bandwidth
+            start = max(arrival, free[index][core])
             # Wait until the memory of the jobs still running there leaves room for this one.
             while True:
                 used = sum(p for end, p in running[index] if end > start)
@@ -153,6 +168,8 @@ def simulate(
                 best = (start, index, core)
         assert best is not None
         start, index, core = best
+        link_free = sent if shipped[index] else sent + toolchain / bandwidth
+        shipped[index] = True
         end = start + step.seconds * (1 - local_fraction)
         free[index][core] = end
         running[index].append((end, step.peak))
@@ -166,7 +183,8 @@ def simulate(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("build_dir", type=Path)
+    parser.add_argument("build_dir", type=Path, nargs="?")
+    parser.add_argument("--synthetic", metavar="COUNT,SECONDS,GIB,MB")
     parser.add_argument("--cores", type=int, default=16, help="cores per build server")
     parser.add_argument("--memory", type=float, default=64, help="GiB per build server")
     parser.add_argument("--bandwidth", type=float, default=125, help="client link, MB/s")
@@ -175,7 +193,12 @@ def main() -> int:
     parser.add_argument("--client-cores", type=int, default=16)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    steps, wall = read_build(args.build_dir)
+    if args.synthetic:
+        steps, wall = synthetic(args.synthetic, args.client_cores)
+    elif args.build_dir is not None:
+        steps, wall = read_build(args.build_dir)
+    else:
+        parser.error("give a build folder or --synthetic")
     if not steps:
         raise SystemExit(f"{args.build_dir}: no step in .ninja_log")
     rows: list[dict[str, Any]] = []
@@ -192,12 +215,14 @@ def main() -> int:
         )
         rows.append({"servers": count, "seconds": round(seconds, 1), "speedup": wall / seconds})
     result = {
-        "build_dir": str(args.build_dir),
+        "build_dir": str(args.build_dir or f"synthetic {args.synthetic}"),
         "measured_local_seconds": wall,
         "compiles": sum(1 for s in steps if not s.link),
         "compile_cpu_seconds": round(sum(s.seconds for s in steps if not s.link), 1),
         "largest_peak_gib": round(max(s.peak for s in steps) / GIB, 2),
-        "model": {k: v for k, v in vars(args).items() if k not in ("build_dir", "json")},
+        "model": {
+            k: v for k, v in vars(args).items() if k not in ("build_dir", "json", "synthetic")
+        },
         "servers": rows,
     }
     print(f"measured local build: {wall:.1f} s, {result['compiles']} compiles")

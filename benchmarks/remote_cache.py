@@ -9,7 +9,8 @@ For each package (`examples/llm_ops`, and a CUTLASS-using package when one is gi
   local cache, the same Redis: every compile is a remote hit;
 - remote-warm, other path: the same from a clone in another folder (a developer's machine):
   sccache re-runs nvcc's cudafe++ and cicc steps there, whose arguments carry the absolute
-  source path (the host compiles and ptxas still hit);
+  source path, and the host compile of each .cu file, whose command maps the absolute root
+  away (ptxas and the .cpp compiles still hit);
 - sccache local-warm: a fresh clone, sccache on its local disk cache only, warmed by one
   build before;
 - ccache local-warm: the same with ccache (`CCACHE_BASEDIR`/`CCACHE_NOHASHDIR`), warmed by a

@@ -5,8 +5,9 @@ kernel of `kpdemo` once, cold, writing every object to both backends (sccache's 
 chain `redis,s3`). Machine B (a fresh clone with another empty local cache and one backend)
 builds them again. B checks out at the path A used, as two CI runners do: sccache splits an
 nvcc compile into its steps, and nvcc hands cudafe++ and cicc the absolute source path, which
-sccache hashes, so a clone at another path re-runs those two steps (the host compiles and
-ptxas still hit). Both servers are real processes started here and stopped after the module.
+sccache hashes, so a clone at another path re-runs those two steps and the host compile of
+each .cu file (ptxas and the .cpp compiles still hit). Both servers are real processes
+started here and stopped after the module.
 """
 
 from __future__ import annotations

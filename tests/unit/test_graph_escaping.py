@@ -93,3 +93,28 @@ def test_a_launcher_path_is_escaped_too(tmp_path: Path) -> None:
 def test_a_newline_in_a_folder_is_one_line_error_not_an_assertion(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="newline"):
         _commands(tmp_path, nvcc=tmp_path / "bad\nfolder" / "nvcc")
+
+
+def test_compiles_name_files_relative_to_the_project_and_seed_by_object(tmp_path: Path) -> None:
+    commands = _commands(tmp_path)
+    nvcc = next(c for c in commands if c[0].endswith("nvcc"))
+    # The root as the build folder spells it is mapped away: `__FILE__` is `pkg/k/k.cu`.
+    assert nvcc[nvcc.index("-ffile-prefix-map=../=") - 1] == "-Xcompiler"
+    assert "-frandom-seed=obj/k/k/k.cu.o" in nvcc
+    assert "-objtemp" in nvcc
+    assert nvcc[nvcc.index("-Xcudafe") + 1] == "--orig_src_path_name=pkg/k/k.cu"
+    assert nvcc[nvcc.index("-Xcicc") + 1] == "--orig_src_path_name=pkg/k/k.cu"
+    cxx = next(c for c in commands if c[0] == "c++" and "-c" in c)
+    assert "-ffile-prefix-map=../=" in cxx
+    assert "-frandom-seed=obj/k/k/b.cpp.o" in cxx
+    # No absolute path of the clone reaches a command line (the cache keys stay the same).
+    assert not any(str(tmp_path / ODD) in word for word in nvcc[1:] + cxx[1:])
+
+
+def test_through_sccache_nvcc_also_maps_the_absolute_root(tmp_path: Path) -> None:
+    # sccache gives nvcc the source's absolute path, which __FILE__ would otherwise hold.
+    commands = _commands(tmp_path, launcher=tmp_path / "bin" / "sccache")
+    nvcc = next(c for c in commands if len(c) > 1 and c[1].endswith("nvcc"))
+    assert f"-ffile-prefix-map={tmp_path / ODD}/=" in nvcc
+    cxx = next(c for c in commands if len(c) > 1 and c[1] == "c++")
+    assert not any(str(tmp_path / ODD) in word for word in cxx[1:])

@@ -186,6 +186,20 @@ def test_no_cache_leaves_sccache_out(repo: Path) -> None:
     assert "sccache" not in text.split("jobs:", 1)[1]
 
 
+def test_farm_takes_scheduler_and_token_from_secrets_next_to_the_cache(repo: Path) -> None:
+    text = _write("--farm")
+    build = text.split("jobs:", 1)[1]
+    assert "KERNELPACK_DIST_SCHEDULER: ${{ secrets.KERNELPACK_DIST_SCHEDULER }}" in build
+    assert "KERNELPACK_DIST_TOKEN: ${{ secrets.KERNELPACK_DIST_TOKEN }}" in build
+    assert 'SCCACHE_GHA_ENABLED: "true"' in build
+    assert "KERNELPACK_DIST" not in _write()
+
+
+def test_farm_without_sccache_exits_2(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ci", "deps/my-ops", "--cache", "none", "--farm"]) == 2
+    assert "--farm sends the compiles through sccache" in capsys.readouterr().err
+
+
 def test_s3_cache_without_a_bucket_exits_2(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ci", "deps/my-ops", "--cache", "s3"]) == 2
     assert "--s3-bucket" in capsys.readouterr().err

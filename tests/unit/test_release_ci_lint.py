@@ -46,7 +46,13 @@ const files = JSON.parse(fs.readFileSync(0, "utf8"));
 """
 
 OPTIONS = {
-    "cache": [[], ["--cache", "s3", "--s3-bucket", "team-cache"], ["--cache", "none"]],
+    "cache": [
+        [],
+        ["--cache", "s3", "--s3-bucket", "team-cache"],
+        ["--cache", "none"],
+        ["--farm"],
+        ["--cache", "s3", "--s3-bucket", "team-cache", "--farm"],
+    ],
     "gpu": [
         [],
         ["--gpu-runner", "linux-gpu-h100"],
@@ -133,7 +139,7 @@ def test_every_option_combination_passes_actionlint(
         for path in _workflows(tmp_path, abi, submodule, lock)
     ]
     capsys.readouterr()
-    assert len(files) == 8 * 3 * 4 * 2 * 2
+    assert len(files) == 8 * 5 * 4 * 2 * 2
     assert _lint(files) == []
 
 

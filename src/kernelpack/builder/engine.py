@@ -10,6 +10,7 @@ raises `BuildError` before anything is installed, so the previous libraries stay
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import graph, install, modinit, symbols
+from kernelpack.builder import graph, install, memory, modinit, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
@@ -35,6 +36,7 @@ from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
 from kernelpack.toolchain.launcher import cache as compiler_cache
+from kernelpack.toolchain.launcher import farm
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
 from kernelpack_runtime._files import write_text_atomic
@@ -189,7 +191,8 @@ class _GraphInputs:
     plan: BuildPlan
 
     def write(self, launcher: Path | None, pools: graph.Pools) -> None:
-        """Write `build.ninja` (left alone when unchanged)."""
+        """Write `build.ninja` (left alone when unchanged); every compile's peak memory is
+        measured unless sccache runs it (in its server, out of the shim's sight)."""
         environment = self.plan.environment
         text = graph.render(
             self.nodes,
@@ -202,6 +205,7 @@ class _GraphInputs:
             pools=pools,
             nvcc_prepend=environment.nvcc_prepend_flags,
             nvcc_append=environment.nvcc_append_flags,
+            measure=memory.shim() if memory.measurable(launcher) else (),
         )
         _write_if_changed(self.build_dir / graph.FILENAME, text)
 
@@ -221,7 +225,22 @@ def _compile(
     build_dir = inputs.build_dir
     # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
     threads = max(node.flags.threads for node in inputs.nodes)
-    pools = graph.Pools.for_memory(jobs, plan.toolchain.memory, threads=threads)
+    per_job = memory.plan(
+        _pool_outputs(inputs.nodes, build_dir),
+        memory.load(build_dir),
+        heavy_estimate=graph.HEAVY_JOB_BYTES,
+        light_estimate=graph.LIGHT_JOB_BYTES,
+    )
+    available = plan.toolchain.memory
+    pools = graph.Pools.for_memory(
+        jobs, available, threads=threads, heavy_bytes=per_job.heavy, light_bytes=per_job.light
+    )
+    if options.output == "verbose":
+        why = per_job.describe(pools.heavy, pools.light, available)
+        if not memory.measurable(launcher):
+            why += "; sccache runs the compiles in its server: not measured"
+        out = options.stream if options.stream is not None else sys.stderr
+        out.write(f"kernelpack: plan: {jobs} jobs; {why}\n")
     inputs.write(launcher, pools)
     env = ninja_runner.environment(plan.environment, root=inputs.root, launcher=launcher)
     work = ninja_runner.has_work(build_dir, env)
@@ -229,17 +248,23 @@ def _compile(
     with launcher_session(launcher, env, stream=options.stream, active=work) as cache:
         if cache.launcher != launcher:
             inputs.write(cache.launcher, pools)  # the launcher could not start: compile without it
-        entries = ninja_runner.compdb(build_dir, cache.env)
+        entries = [
+            {**e, "command": memory.unshim(e["command"])}
+            for e in ninja_runner.compdb(build_dir, cache.env)
+        ]
         _write_compdb(build_dir, entries)
-        steps = _run_ninja(
-            build_dir,
-            libraries,
-            lock,
-            jobs=jobs,
-            env=cache.env,
-            options=options,
-            commands={e["output"]: e["command"] for e in entries},
-        )
+        try:
+            steps = _run_ninja(
+                build_dir,
+                libraries,
+                lock,
+                jobs=jobs,
+                env=cache.env,
+                options=options,
+                commands={e["output"]: e["command"] for e in entries},
+            )
+        finally:
+            memory.collect(build_dir)
     stats = cache.stats
     if stats is not None and options.output != "quiet":
         out = options.stream if options.stream is not None else sys.stderr
@@ -250,6 +275,15 @@ def _compile(
         return steps, compiler_cache.load(build_dir)
     compiler_cache.save(stats, build_dir)
     return steps, stats
+
+
+def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[str, list[str]]:
+    """The objects of the heavy and the light pool's compiles."""
+    outputs: dict[str, list[str]] = {"heavy": [], "light": []}
+    for node in nodes:
+        pool = outputs["heavy" if node.flags.heavy else "light"]
+        pool.extend(node.object_for(source, build_dir) for source in node.sources)
+    return outputs
 
 
 def _run_ninja(
@@ -375,6 +409,13 @@ def build_project(
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see
     `install.install_inplace` and `kernelpack.backend.wheel`."""
+    settings = project.settings
+    environ = farm.with_settings(
+        os.environ if environ is None else environ,
+        settings.dist_scheduler,
+        settings.dist_token_file,
+        project.root,
+    )
     options = BuildOptions(
         root=project.root,
         build_dir=build_dir or build_dir_for(project),

@@ -8,6 +8,17 @@ rebuilds too. Each kernel links into `lib/<kernel>/_C<suffix>` through a tempora
 Paths below the project root are written relative to the build folder (where ninja runs), so
 that the compiler launcher, with its base folder set to the project root, sees the same
 command lines in a fresh clone elsewhere.
+
+Outputs are path-independent and reproducible: every compile maps the project root's
+relative spelling away (`-ffile-prefix-map`, through `-Xcompiler` for nvcc's host side), so
+`__FILE__` and debug file names are project-relative; every compile seeds the compiler's
+"random" names with its object path (`-frandom-seed`); nvcc keeps its intermediate files
+beside the object (`-objtemp`: their names reach the object's symbol table, and nvcc's own
+temporary names hold its process id); and cudafe++ and cicc, which nvcc hands the source's
+absolute path to hash anonymous namespaces with, get the project-relative path instead (the
+last `--orig_src_path_name` wins). Two clones at different paths then compile byte-identical
+objects, with or without a compiler launcher. (Through sccache, which hands nvcc absolute
+source paths, nvcc's host side also maps the absolute root away.)
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from ninja.ninja_syntax import Writer, escape, escape_path
 
 from kernelpack.builder.flags import KernelFlags
 from kernelpack.errors import UsageError
+from kernelpack.toolchain.launcher import kind_of
 
 __all__ = ["FILENAME", "HEAVY_JOB_BYTES", "LIGHT_JOB_BYTES", "GraphKernel", "Pools", "render"]
 
@@ -49,19 +61,29 @@ class Pools:
     light: int
 
     @classmethod
-    def for_memory(cls, jobs: int, available_bytes: int | None, threads: int = 1) -> Pools:
+    def for_memory(
+        cls,
+        jobs: int,
+        available_bytes: int | None,
+        threads: int = 1,
+        *,
+        heavy_bytes: int = HEAVY_JOB_BYTES,
+        light_bytes: int = LIGHT_JOB_BYTES,
+    ) -> Pools:
         """Bound each pool by `jobs` and by what fits in `available_bytes`.
 
         A compile of `threads` nvcc threads (`--threads`, one arch each) counts as `threads`
         jobs and needs `threads` times the memory of one: slots x threads x per-job memory
-        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot)."""
+        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot).
+        `heavy_bytes`/`light_bytes` are one job's memory: the estimates, or the peaks the
+        last build measured (`kernelpack.builder.memory`)."""
         threads = max(1, threads)
         cpu = max(1, jobs // threads)
         if available_bytes is None:
             return cls(heavy=cpu, light=cpu)
         return cls(
-            heavy=max(1, min(cpu, available_bytes // (HEAVY_JOB_BYTES * threads))),
-            light=max(1, min(cpu, available_bytes // (LIGHT_JOB_BYTES * threads))),
+            heavy=max(1, min(cpu, available_bytes // (max(1, heavy_bytes) * threads))),
+            light=max(1, min(cpu, available_bytes // (max(1, light_bytes) * threads))),
         )
 
 
@@ -104,11 +126,14 @@ def render(
     pools: Pools,
     nvcc_prepend: Sequence[str] = (),
     nvcc_append: Sequence[str] = (),
+    measure: Sequence[str] = (),
 ) -> str:
     """The text of `build.ninja` for `kernels`, built in `build_dir` of project `root`.
 
     `nvcc_prepend`/`nvcc_append` carry `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS` onto the
     command line, where ninja (rebuild on change) and the compiler cache (hash) see them.
+    `measure` (the memory shim's words, `kernelpack.builder.memory.shim`) goes in front of
+    every compile as `<measure> $out -- <command>`; the launcher never sees it.
     """
 
     out = io.StringIO()
@@ -121,37 +146,56 @@ def render(
     w.variable("nvcc_append", _words(nvcc_append))
     w.variable("cxx", _words([cxx]))
     w.variable("cc", _words([cc]))
+    w.variable("measure", _words(measure))
+    # `../../` (the root as the build folder spells it) -> ``: project-relative file names.
+    # (nvcc splits -Xcompiler values at commas: a folder named with one keeps its prefix.)
+    prefix = _root_prefix(build_dir, root)
+    prefix_map = [] if "," in prefix else [f"-ffile-prefix-map={prefix}="]
+    nvcc_maps = list(prefix_map)
+    absolute = f"{root.absolute()}/"
+    if kind_of(launcher) == "sccache" and "," not in absolute:
+        # sccache hands nvcc the source's canonical absolute path (its nvcc support does, so
+        # that cicc's inputs hash alike), which reaches __FILE__: map the root itself too.
+        # That path is on the command line, so a clone at another path misses sccache's
+        # cache for these compiles (it re-ran their cudafe++ and cicc steps there anyway).
+        nvcc_maps.append(f"-ffile-prefix-map={absolute}=")
+    w.variable("prefix_map", _words(prefix_map))
+    w.variable("nvcc_prefix_map", _words([x for m in nvcc_maps for x in ("-Xcompiler", m)]))
     w.newline()
     w.pool("heavy", pools.heavy)
     w.pool("light", pools.light)
     w.newline()
-    _write_rules(w)
+    _write_rules(w, "$measure $out -- " if measure else "")
     for kernel in kernels:
         _write_kernel(w, kernel, build_dir=build_dir, root=root)
     w.default([_path(k.library) for k in kernels])
     return out.getvalue()
 
 
-def _write_rules(w: Writer) -> None:
-    """The compile rules (nvcc, c++, cc: with depfiles) and the link rule."""
+def _write_rules(w: Writer, front: str) -> None:
+    """The compile rules (nvcc, c++, cc: with depfiles, each behind `front`) and the link
+    rule."""
     w.rule(
         "nvcc",
-        "$launcher $nvcc $nvcc_prepend $defines $includes $flags -MD -MF $out.d -c $in -o $out"
-        " $nvcc_append",
+        front + "$launcher $nvcc $nvcc_prepend $defines $includes $flags $nvcc_prefix_map"
+        " -frandom-seed=$out -objtemp -Xcudafe --orig_src_path_name=$source"
+        " -Xcicc --orig_src_path_name=$source -MD -MF $out.d -c $in -o $out $nvcc_append",
         depfile="$out.d",
         deps="gcc",
         description="nvcc $out",
     )
     w.rule(
         "cxx",
-        "$launcher $cxx $defines $includes $flags -MMD -MF $out.d -c $in -o $out",
+        front + "$launcher $cxx $defines $includes $flags $prefix_map -frandom-seed=$out"
+        " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",
         description="c++ $out",
     )
     w.rule(
         "cc",
-        "$launcher $cc $defines $includes $flags -MMD -MF $out.d -c $in -o $out",
+        front + "$launcher $cc $defines $includes $flags $prefix_map -frandom-seed=$out"
+        " -MMD -MF $out.d -c $in -o $out",
         depfile="$out.d",
         deps="gcc",
         description="cc $out",
@@ -189,7 +233,12 @@ def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path
             [_path(obj)],
             rule,
             [_path(_relative(Path(source), build_dir=build_dir, root=root))],
-            variables={"defines": defines, "includes": includes, "flags": _words(extra)},
+            variables={
+                "defines": defines,
+                "includes": includes,
+                "flags": _words(extra),
+                "source": _words([_project_name(source, root)]),
+            },
             pool=pool if rule != "cc" else None,
         )
     w.build(
@@ -209,6 +258,23 @@ def _relative(path: Path, *, build_dir: Path, root: Path) -> str:
     except ValueError:
         return str(path)
     return os.path.relpath(path, build_dir)
+
+
+def _root_prefix(build_dir: Path, root: Path) -> str:
+    """The project root as the graph spells paths below it, relative to the build folder
+    and with a trailing slash (`../../`). Never absolute: an absolute path on the command
+    line would differ between clones, and so would every cache key."""
+    return os.path.relpath(root.absolute(), build_dir.absolute()) + "/"
+
+
+def _project_name(source: Path, root: Path) -> str:
+    """A source's name for nvcc's front ends: project-relative (`pkg/k/k.cu`) below the
+    root, else absolute (a file outside the project is the same file in every clone)."""
+    source = source.absolute()
+    try:
+        return source.relative_to(root.absolute()).as_posix()
+    except ValueError:
+        return source.as_posix()
 
 
 def _words(words: Sequence[str]) -> str:

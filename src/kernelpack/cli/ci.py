@@ -73,6 +73,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--s3-region", default="us-east-1", help="its region (default: us-east-1)")
     parser.add_argument("--s3-endpoint", help="an S3-compatible endpoint URL (default: AWS)")
     parser.add_argument(
+        "--farm",
+        action="store_true",
+        help="also send the compiles to an sccache-dist farm: its scheduler URL and client "
+        "token are the secrets KERNELPACK_DIST_SCHEDULER and KERNELPACK_DIST_TOKEN",
+    )
+    parser.add_argument(
         "--gpu-runner",
         metavar="LABEL",
         help="runner label of a GPU machine: adds a job that installs each wheel with its torch "
@@ -146,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         s3_bucket=args.s3_bucket,
         s3_region=args.s3_region,
         s3_endpoint=args.s3_endpoint,
+        farm=args.farm,
         gpu_runner=args.gpu_runner,
         gpu_machine=args.gpu_machine,
         gpu_tests=args.gpu_tests,

@@ -7,6 +7,8 @@ manifest = "src/llm_ops/kernels.toml"   # or the package folder; default: found 
 abi = "stable"                         # default `abi` of every kernel
 arch = ["9.0a"]                        # default `arch` (string, array or per-platform table)
 env-prefix = "LLM_OPS"                 # <PREFIX>_KERNELS / <PREFIX>_KERNELS_REQUIRE
+dist-scheduler = "https://farm.example:10600"  # an sccache-dist farm (KERNELPACK_DIST_*)
+dist-token-file = "~/.config/kernelpack/dist-token"
 [tool.kernelpack.deps]
 mylib = "third_party/mylib/include"    # a folder, relative to the project root
 otherlib = "otherlib_headers"          # or an installed Python package (its include/ folder)
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 from kernelpack.project._shell import pattern, unsafe
 from kernelpack.project._toml import (
@@ -156,6 +159,28 @@ class Settings:
         ),
     )
     """`[tool.kernelpack.release]`."""
+    dist_scheduler: str | None = field(
+        default=None,
+        metadata=key_metadata(
+            "dist-scheduler",
+            "http(s) URL",
+            "none (`KERNELPACK_DIST_SCHEDULER` overrides it)",
+            "an sccache-dist scheduler: compile on its farm (docs/build.md)",
+            {"type": "string", "pattern": "^https?://"},
+        ),
+    )
+    """The farm's scheduler URL; the environment's `KERNELPACK_DIST_SCHEDULER` wins."""
+    dist_token_file: str | None = field(
+        default=None,
+        metadata=key_metadata(
+            "dist-token-file",
+            "path",
+            "none (`KERNELPACK_DIST_TOKEN[_FILE]` override it)",
+            "a file holding the farm's client token (`~` expands; relative to the project root)",
+            {"type": "string", "minLength": 1},
+        ),
+    )
+    """The file holding the farm's client token (never the token itself: it is a secret)."""
 
     @property
     def dep_names(self) -> frozenset[str]:
@@ -190,6 +215,14 @@ class Settings:
             raise table.error(
                 "env-prefix", f'"{prefix}" is not an identifier', "expected e.g. LLM_OPS"
             )
+        scheduler = table.string("dist-scheduler", expected="a URL such as http://10.0.0.5:10600")
+        if scheduler is not None and not _is_http_url(scheduler):
+            raise table.error(
+                "dist-scheduler",
+                f"{quote(scheduler)} is not a scheduler URL",
+                "expected http(s)://host:port, e.g. http://10.0.0.5:10600",
+            )
+        token_file = table.string("dist-token-file", expected="a path to the token's file")
         return cls(
             source=pyproject.absolute(),
             manifest=_manifest_path(table, manifest, pyproject.absolute().parent),
@@ -198,7 +231,18 @@ class Settings:
             env_prefix=prefix,
             deps=_deps(shown, data.get("deps")),
             release=_release(shown, data.get("release")),
+            dist_scheduler=scheduler,
+            dist_token_file=token_file,
         )
+
+
+def _is_http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _manifest_path(table: Table, manifest: str | None, root: Path) -> Path | None:

@@ -6,7 +6,10 @@ interpreter and imports only under the torch it was built against), as flash-att
 release matrix is. Every build runs inside the CUDA devel container with
 `<PREFIX>_KERNELS_REQUIRE=1`, so a wheel is never published with a kernel silently skipped,
 and compiles through sccache: the GitHub Actions cache backend by default (the
-`mozilla-actions/sccache-action` installs it), or an S3 bucket. Versions are pinned: torch
+`mozilla-actions/sccache-action` installs it), or an S3 bucket; with `farm`, sccache also
+sends the compiles to an sccache-dist farm whose scheduler URL and client token are the
+repository secrets `KERNELPACK_DIST_SCHEDULER` and `KERNELPACK_DIST_TOKEN` (a run without
+them, such as a pull request from a fork, compiles on the runner). Versions are pinned: torch
 from `uv.lock` (or the `torch` list given), kernelpack from `uv.lock` (or the one writing the
 workflow), sccache and every action by version. A smoke-test job on the GPU runner the user
 names installs each wheel into a fresh venv with its torch and runs
@@ -221,6 +224,8 @@ class Workflow:
     s3_bucket: str | None = None
     s3_region: str = "us-east-1"
     s3_endpoint: str | None = None
+    farm: bool = False
+    """Send the compiles to the sccache-dist farm the repository's secrets name."""
     gpu_runner: str | None = None
     """The runner label of the smoke-test job (none: no smoke test)."""
     gpu_machine: str = "x86_64"
@@ -253,6 +258,7 @@ class Workflow:
         s3_bucket: str | None = None,
         s3_region: str = "us-east-1",
         s3_endpoint: str | None = None,
+        farm: bool = False,
         gpu_runner: str | None = None,
         gpu_machine: str = "x86_64",
         gpu_tests: Path | None = None,
@@ -280,6 +286,8 @@ class Workflow:
             raise UsageError(f"--cache {cache!r}: expected one of {', '.join(CACHES)}")
         if cache == "s3" and not s3_bucket:
             raise UsageError("--cache s3 needs --s3-bucket NAME")
+        if farm and cache == "none":
+            raise UsageError("--farm sends the compiles through sccache: use --cache gha or s3")
         if gpu_machine not in dict(_RUNNERS):
             known = ", ".join(machine for machine, _ in _RUNNERS)
             raise UsageError(f"--gpu-machine {gpu_machine!r}: expected one of {known}")
@@ -305,6 +313,7 @@ class Workflow:
             s3_bucket=s3_bucket,
             s3_region=s3_region,
             s3_endpoint=s3_endpoint,
+            farm=farm,
             gpu_runner=gpu_runner,
             gpu_machine=gpu_machine,
             gpu_tests=tests,
@@ -374,6 +383,12 @@ class Workflow:
             ]
             if self.s3_endpoint:
                 lines.append(f'      SCCACHE_ENDPOINT: "{self.s3_endpoint}"')
+        if self.farm:
+            lines += [
+                # Empty where secrets are not given (a fork's pull request): a local build.
+                "      KERNELPACK_DIST_SCHEDULER: ${{ secrets.KERNELPACK_DIST_SCHEDULER }}",
+                "      KERNELPACK_DIST_TOKEN: ${{ secrets.KERNELPACK_DIST_TOKEN }}",
+            ]
         return "\n" + "\n".join(lines)
 
     def _cache_steps(self) -> str:

@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kernelpack.errors import UsageError
+from kernelpack.toolchain.launcher.farm import Farm
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime._switch import parse_switch
 from kernelpack_runtime.arch import Arch
@@ -194,6 +195,11 @@ def _dirs(found: _Found) -> tuple[tuple[str, Path], ...]:
     return tuple((name, Path(value)) for name, value in found)
 
 
+def _farm(found: _Found) -> Farm | None:
+    # All three variables set, each once: the farm parses them together.
+    return Farm.from_environ(dict(found))
+
+
 def _seconds(found: _Found) -> float:
     if not found:
         return DEFAULT_LOCK_TIMEOUT
@@ -331,6 +337,15 @@ class BuildEnvironment:
     path: str = _var(
         EnvVar(("PATH",), "where `nvcc`, `sccache` and `ccache` are looked up"), _search, ""
     )
+    farm: Farm | None = _var(  # noqa: RUF009 - a frozen dataclass (ruff cannot see it)
+        EnvVar(
+            ("KERNELPACK_DIST_SCHEDULER", "KERNELPACK_DIST_TOKEN", "KERNELPACK_DIST_TOKEN_FILE"),
+            "an sccache-dist farm to compile on: its scheduler's URL, and its client token or "
+            "a file holding it (above; `[tool.kernelpack] dist-scheduler`, `dist-token-file`)",
+        ),
+        _farm,
+    )
+    """Checked when the build is planned; the launcher's session sends the compiles there."""
     dep_dirs: tuple[tuple[str, Path], ...] = _var(
         EnvVar(
             (f"KERNELPACK_{_NAME}_DIR",),

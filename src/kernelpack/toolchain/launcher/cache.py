@@ -10,13 +10,16 @@ with the rest. A backend that cannot be reached (a closed port, a failed start, 
 does not finish within `START_TIMEOUT_S`) is reported in one warning line and the build goes
 on with sccache's local disk cache: never a hang, the exit status unchanged. For ccache the
 statistics are the difference of `ccache --print-stats` before and after the build (exact
-unless another build shares the same `CCACHE_DIR` at the same time).
+unless another build shares the same `CCACHE_DIR` at the same time). With a distributed
+farm configured (`kernelpack.toolchain.launcher.farm`), sccache's server reads a private
+client configuration naming it, and the statistics say where the compiles ran.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +33,7 @@ from typing import IO, Any, TextIO
 from urllib.parse import urlsplit
 
 from kernelpack import processes
+from kernelpack.toolchain.launcher import farm as dist
 from kernelpack.toolchain.launcher import kind_of
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import CacheRecord
@@ -93,6 +97,8 @@ class CacheStats:
     """Objects written to the cache (sccache reports it)."""
     fallback: str | None = None
     """Why the configured backend was not used (then `backend` is "local")."""
+    farm: dist.FarmStats | None = None
+    """Where the compiles ran, when a distributed farm took part in the build."""
 
     def line(self) -> str:
         """`cache: sccache (redis) 12 hits (12 remote, 0 local), 0 misses`."""
@@ -103,6 +109,8 @@ class CacheStats:
         )
         if self.errors:
             text += f", {self.errors} errors"
+        if self.farm is not None:
+            text += f"; {self.farm.line()}"
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -111,6 +119,8 @@ class CacheStats:
         data = self.record().to_json()
         if self.writes is not None:
             data["writes"] = self.writes
+        if self.farm is not None:
+            data["farm"] = self.farm.to_json()
         return data
 
     def record(self) -> CacheRecord:
@@ -149,6 +159,7 @@ class CacheStats:
             read_only=data.get("read_only") is True,
             writes=writes if type(writes) is int else None,
             fallback=fallback if isinstance(fallback, str) else None,
+            farm=dist.FarmStats.from_json(data.get("farm")),
         )
 
 
@@ -187,6 +198,9 @@ class Session:
         self._server: subprocess.Popen[bytes] | None = None
         self._ccache_before: dict[str, int] | None = None
         self._fallback: str | None = None
+        self.farm: dist.Farm | None = None
+        """The distributed farm this build's compiles are sent to (None: all local)."""
+        self._farm_folder: Path | None = None
 
 
 @contextmanager
@@ -205,6 +219,8 @@ def session(
     current = Session(launcher, dict(env))
     kind = kind_of(launcher) if active else None
     try:
+        if active:
+            _use_farm(current, kind, stream)
         if kind == "sccache":
             assert launcher is not None
             _start_sccache(current, launcher)
@@ -226,6 +242,30 @@ def session(
     finally:
         if kind == "sccache":
             _stop_sccache(current)
+        if current._farm_folder is not None:
+            shutil.rmtree(current._farm_folder, ignore_errors=True)
+
+
+def _use_farm(current: Session, kind: str | None, stream: TextIO | None) -> None:
+    """Point sccache at the farm `current.env` configures, when it can take compiles; else
+    one warning (the build compiles locally). `UsageError` for a misconfigured farm."""
+    farm = dist.Farm.from_environ(current.env)
+    if farm is None:
+        return
+    problem: str | None
+    if kind != "sccache":
+        problem = f"{dist.SCHEDULER} needs sccache as the compiler launcher"
+    else:
+        problem = farm.check()
+    if problem is not None:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"kernelpack: warning: {problem}; compiling on this machine only\n")
+        out.flush()
+        return
+    current._farm_folder = Path(tempfile.mkdtemp(prefix="kernelpack-dist-"))
+    config = dist.client_config(farm, current._farm_folder, current.env)
+    current.env["SCCACHE_CONF"] = str(config)
+    current.farm = farm
 
 
 # --- sccache ----------------------------------------------------------------------------
@@ -327,6 +367,9 @@ def _sccache_stats(current: Session) -> CacheStats | None:
         backend = _backend_of(str(data.get("cache_location", "")))
         remote_hits, local_hits = (0, hits) if backend == "local" else (hits, 0)
     remote = backend != "local"
+    farm = None
+    if current.farm is not None and current.env.get("SCCACHE_CONF") != os.devnull:
+        farm = dist.FarmStats.from_sccache(current.farm.scheduler, stats, hits)
     return CacheStats(
         launcher="sccache",
         backend=backend,
@@ -341,6 +384,7 @@ def _sccache_stats(current: Session) -> CacheStats | None:
         read_only=_read_only(current.env) if remote else False,
         writes=int(stats.get("cache_writes") or 0),
         fallback=current._fallback,
+        farm=farm,
     )
 
 

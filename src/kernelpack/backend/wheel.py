@@ -45,6 +45,7 @@ from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_ta
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.project.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project.locate import Project
+from kernelpack.syntax import pth
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 from kernelpack_runtime.record import BuiltKernel
 
@@ -203,7 +204,8 @@ def write_wheel(
     package = project.package
     members: list[tuple[str, bytes | Path]] = []
     if editable_path is not None:
-        members.append((f"_{_dist(project)}_editable.pth", f"{editable_path}\n".encode()))
+        line = pth.path_line(str(editable_path.absolute()), what="the project's folder")
+        members.append((f"_{_dist(project)}_editable.pth", pth.text([line]).encode()))
         members += [(name, text.encode()) for name, text in (editable_files or {}).items()]
         platform_name = provisional_platform()
     else:

@@ -39,6 +39,8 @@ from kernelpack.project._toml import (
     describe,
     display_path,
     is_inside,
+    path_too_long,
+    quote,
     read_toml,
 )
 from kernelpack.project.manifest import KernelSpec, Manifest
@@ -759,6 +761,9 @@ class _Reader:
 
     def inside(self, table: Table, key: str, entry: str) -> Path:
         """`entry` resolved against the project root; raise when it leaves the project."""
+        too_long = path_too_long(entry)
+        if too_long is not None:
+            raise table.error(key, f"{quote(entry)} {too_long}", "expected a shorter path")
         if Path(entry).is_absolute() or entry.startswith("~"):
             raise table.error(
                 key, f'"{entry}" is an absolute path', "expected a path relative to build.toml"

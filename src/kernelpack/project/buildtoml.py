@@ -196,6 +196,9 @@ def read(path: Path) -> BuildToml:
     python_name = name.replace("-", "_")
     if not _NAME_RE.fullmatch(name) or not python_name.isidentifier():
         raise table.error("name", f'"{name}" is not a kernel name', 'expected e.g. "relu"')
+    too_long = path_too_long(python_name)  # it names the package folder
+    if too_long is not None:
+        raise table.error("name", f"{quote(name)} {too_long}", 'expected e.g. "relu"')
     version = general.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         got = "is missing" if version is None else f"got {describe(version)}"

@@ -220,6 +220,10 @@ def test_ci_keeps_hostile_runner_label_and_bucket_as_data(repo: Path) -> None:
     assert workflow["jobs"]["build"]["env"]["SCCACHE_BUCKET"] == bucket
     runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     assert not any("curl" in run for run in runs)
+    from test_release_ci_lint import _lint
+
+    kinds = {report[3] for report in _lint([repo / WORKFLOW])}
+    assert kinds <= {"runner-label"}, kinds  # actionlint: a valid workflow, labels aside
 
 
 def test_ci_refuses_a_github_expression_in_a_value(

@@ -25,6 +25,7 @@ __all__ = [
     "ManifestErrors",
     "MissingNativeError",
     "PlanError",
+    "SelectionError",
     "UsageError",
 ]
 
@@ -108,6 +109,12 @@ class PlanError(KernelpackError):
     """The build plan cannot be honoured (a required kernel is skipped, an impossible setting)."""
 
     exit_code = 2
+
+
+class SelectionError(PlanError):
+    """A selection variable leaves out a kernel a release build requires (exit code 1)."""
+
+    exit_code = 1
 
 
 class BuildError(KernelpackError):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from kernelpack.abitag import AbiTag
-from kernelpack.errors import KernelpackError, PlanError, UsageError
+from kernelpack.errors import KernelpackError, PlanError, SelectionError, UsageError
 from kernelpack.project._toml import display_path
 from kernelpack.project.manifest import KernelSpec, Manifest
 from kernelpack.toolchain import deps
@@ -136,6 +136,8 @@ class BuildPlan:
     """The arch narrowing the decisions applied (`Selection.archs`)."""
     environment: BuildEnvironment = field(default_factory=BuildEnvironment)
     """The variables the plan was made under, read once: what the build reads of them."""
+    selected: frozenset[str] | None = None
+    """The kernels a selection named (`Selection.kernels`; None: every kernel)."""
 
     @property
     def to_build(self) -> tuple[KernelPlan, ...]:
@@ -156,6 +158,15 @@ class BuildPlan:
         """Why these decisions cannot be carried out, one line each (empty when they can):
         required kernels skipped, torch missing, a `cxx-std` torch's headers reject."""
         found: list[str] = []
+        left_out = self.left_out_by_archs()
+        if left_out:
+            names = ", ".join(k.name for k in left_out)
+            assert self.archs is not None
+            found.append(
+                f"{self.archs.describe()} leaves out required kernel(s) {names}: "
+                f"{left_out[0].skip.message if left_out[0].skip else ''}; unset it or "
+                "widen it for a release build"
+            )
         if self.require:
             # Not errors: kernels left out on purpose (not selected, or a build.toml kernel of
             # another backend, which the manifest itself skips).
@@ -180,8 +191,26 @@ class BuildPlan:
         found.extend(self.dep_problems)
         return tuple(found)
 
+    def left_out_by_archs(self) -> tuple[KernelPlan, ...]:
+        """Under `require`, the kernels an arch selection variable (`TORCH_CUDA_ARCH_LIST`,
+        `KERNELPACK_ARCH`) leaves with no arch: a failure of the release build (exit 1),
+        never a wheel silently missing them."""
+        if not self.require or self.archs is None:
+            return ()
+        chosen = self.selected
+        return tuple(
+            k
+            for k in self.skipped
+            if k.skip is not None
+            and k.skip.code == "not-selected"
+            and (chosen is None or k.name in chosen)
+        )
+
     def check(self) -> None:
-        """Raise `PlanError` with the first of `problems()`, if any."""
+        """Raise `PlanError` with the first of `problems()`, if any (`SelectionError`, exit
+        1, when an arch selection variable leaves a required kernel out)."""
+        if self.left_out_by_archs():
+            raise SelectionError(self.problems()[0])
         problems = self.problems()
         if problems:
             raise PlanError(problems[0])
@@ -341,6 +370,7 @@ def decide(
         kernels=kernels,
         require=selection.require,
         archs=selection.archs,
+        selected=selection.kernels,
     )
 
 

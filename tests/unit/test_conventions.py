@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fakes import make_manifest, make_spec, make_toolchain
 
-from kernelpack.errors import UsageError
+from kernelpack.errors import SelectionError, UsageError
 from kernelpack.plan import BuildPlan, Selection, make_plan
 from kernelpack.toolchain.environment import BuildEnvironment, arch_filter, parse_arch_list
 from kernelpack_runtime import set_default_probe
@@ -63,8 +63,28 @@ def test_kernel_left_with_no_arch_is_not_selected_and_the_reason_names_the_varia
     assert "10.0a" in skip.message and "TORCH_CUDA_ARCH_LIST=9.0" in skip.message
 
 
-def test_a_kernel_narrowed_away_is_no_error_under_require() -> None:
+def test_a_kernel_narrowed_away_fails_a_required_build_naming_the_variable() -> None:
+    # CI images of vLLM and flash-attention export TORCH_CUDA_ARCH_LIST: a release build
+    # under require must not ship a wheel without the kernels it leaves out.
     environ = {"TORCH_CUDA_ARCH_LIST": "9.0", "KERNELPACK_REQUIRE": "1"}
+    with pytest.raises(SelectionError) as caught:
+        _plan(environ, ("rmsnorm", ["9.0a"]), ("moe", ["10.0a"]))
+    message = str(caught.value)
+    assert caught.value.exit_code == 1 and "\n" not in message
+    assert message.startswith("TORCH_CUDA_ARCH_LIST=9.0 leaves out required kernel(s) moe")
+
+
+def test_a_kernel_narrowed_away_is_no_error_without_require() -> None:
+    result = _plan({"TORCH_CUDA_ARCH_LIST": "9.0"}, ("rmsnorm", ["9.0a"]), ("moe", ["10.0a"]))
+    assert [k.name for k in result.to_build] == ["rmsnorm"]
+
+
+def test_a_kernel_left_out_by_name_is_no_error_under_require() -> None:
+    environ = {
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "KERNELPACK_REQUIRE": "1",
+        "KERNELPACK_KERNELS": "rmsnorm",
+    }
     result = _plan(environ, ("rmsnorm", ["9.0a"]), ("moe", ["10.0a"]))
     assert [k.name for k in result.to_build] == ["rmsnorm"]
 

@@ -24,6 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kernelpack.abitag",
         "kernelpack.errors",
         "kernelpack.processes",
+        "kernelpack.syntax",
     ),
     "project": ("kernelpack.project",),
     "toolchain": ("kernelpack.toolchain",),

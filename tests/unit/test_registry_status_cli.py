@@ -42,6 +42,7 @@ def test_json_has_the_documented_shape(
     assert main(["status", package.name, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "package": package.name,
+        "install": "in-place",
         "version": "0.1.0+cu130torch2.14.1",
         "kernels": {
             "rmsnorm": {
@@ -129,7 +130,7 @@ def test_a_path_that_is_not_a_package_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["status", str(tmp_path / "nope")]) == 2
-    assert "not a package name, nor a package or project folder" in capsys.readouterr().err
+    assert "nope: no such package or project folder" in capsys.readouterr().err
 
 
 # -- PKG|PATH, --require, invalid records, edited sources ----------------------------------------

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kernelpack import __version__
 from kernelpack.cli import main
@@ -58,13 +59,19 @@ def test_builds_both_machines_in_the_cuda_devel_container_with_kernels_required(
     assert "machine: x86_64" in text and "machine: aarch64" in text
     assert "container: nvidia/cuda:13.0.0-devel-ubuntu24.04" in text
     assert 'MY_OPS_KERNELS_REQUIRE: "1"' in text
-    assert "kernelpack build deps/my-ops --wheel-dir dist" in text
+    assert '/opt/kernels/bin/kernelpack build "$KERNEL_PROJECT" --wheel-dir dist' in text
+    assert _job_env(text, "build")["KERNEL_PROJECT"] == "deps/my-ops"
     assert "actions/upload-artifact@v4" in text
 
 
 def test_summary_prints_the_pins_of_the_built_wheels(repo: Path) -> None:
     text = _write()
-    assert f'uvx "kernelpack=={__version__}" pin dist/*.whl --url-base "$RELEASES/$TAG"' in text
+    assert (
+        'uvx "kernelpack==$KERNELPACK_VERSION" pin dist/*.whl --url-base "$RELEASES/$TAG"' in text
+    )
+    assert _step_env(text, "publish", "Pins for [tool.uv.sources]")["KERNELPACK_VERSION"] == (
+        __version__
+    )
     assert '>> "$GITHUB_STEP_SUMMARY"' in text
 
 
@@ -216,10 +223,14 @@ def test_smoke_job_installs_each_wheel_with_its_torch_on_the_gpu_runner(
     assert "runner: linux-h100" in smoke
     assert 'MY_OPS_KERNELS_REQUIRE: "1"' in smoke
     assert '"torch${TORCH:+==$TORCH}"' in smoke
-    assert f'dist/*.whl "kernelpack=={__version__}"' in smoke
-    assert 'kernelpack" status my_ops --require' in smoke
-    refusals = smoke.index("-m kernelpack_runtime.testing.refusals my_ops")
-    assert smoke.index("status my_ops --require") < refusals
+    assert 'dist/*.whl "kernelpack==$KERNELPACK_VERSION"' in smoke
+    assert _job_env(text, "smoke")["KERNELPACK_VERSION"] == __version__
+    assert 'kernelpack" status "$KERNEL_PACKAGE" --require' in smoke
+    assert _job_env(text, "smoke")["KERNEL_PACKAGE"] == "my_ops"
+    refusals = smoke.index(
+        '-m kernelpack_runtime.testing.refusals \\\n            "$KERNEL_PACKAGE"'
+    )
+    assert smoke.index('status "$KERNEL_PACKAGE" --require') < refusals
     assert "needs: [build, smoke]" in text
 
 
@@ -234,8 +245,9 @@ def test_kernelpack_version_comes_from_the_lock(repo: Path) -> None:
         'version = 1\n[[package]]\nname = "kernelpack"\nversion = "0.0.9"\n'
     )
     text = _write()
-    assert '"kernelpack==0.0.9"' in text
-    assert f'"kernelpack=={__version__}"' not in text
+    assert _job_env(text, "build")["KERNELPACK_VERSION"] == "0.0.9"
+    assert _step_env(text, "publish", "Pins for [tool.uv.sources]")["KERNELPACK_VERSION"] == "0.0.9"
+    assert __version__ not in text
 
 
 def _smoke(text: str) -> str:
@@ -322,3 +334,14 @@ def test_bad_gpu_test_options_exit_2(
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _job_env(text: str, job: str) -> dict[str, str]:
+    env: dict[str, str] = yaml.safe_load(text)["jobs"][job]["env"]
+    return env
+
+
+def _step_env(text: str, job: str, step: str) -> dict[str, str]:
+    steps = yaml.safe_load(text)["jobs"][job]["steps"]
+    env: dict[str, str] = next(s for s in steps if s.get("name") == step)["env"]
+    return env

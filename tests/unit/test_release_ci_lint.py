@@ -211,15 +211,18 @@ def test_a_release_indexes_publishes_to_pypi_and_pages_then_installs_from_the_si
     jobs = _jobs(tmp_path, "--gpu-runner", "linux-gpu-h100", "--default", "cu130stable2.10")
     assert {"channels", "pypi", "pages", "site-smoke"} <= set(jobs)
     runs = [str(step.get("run", "")) for step in jobs["channels"]["steps"]]  # type: ignore[union-attr]
-    assert any("index dist --out site --default cu130stable2.10" in run for run in runs)
+    assert any('--out site ${DEFAULT_LABEL:+--default "$DEFAULT_LABEL"}' in run for run in runs)
+    assert jobs["channels"]["env"]["DEFAULT_LABEL"] == "cu130stable2.10"  # type: ignore[index]
     assert jobs["channels"]["if"] == "${{ inputs.release_tag }}"
     assert jobs["pypi"]["permissions"] == {"id-token": "write"}
     (upload,) = [s for s in jobs["pypi"]["steps"] if "pypi-publish" in s.get("uses", "")]  # type: ignore[union-attr]
     assert upload["with"] == {"packages-dir": "dist/", "attestations": True}
     smoke = " ".join(str(s.get("run", "")) for s in jobs["site-smoke"]["steps"])  # type: ignore[union-attr]
-    assert '--extra-index-url "${SITE}cu130/simple" "my-ops"' in smoke
+    assert '--extra-index-url "${SITE}cu130/simple" "$KERNEL_DIST"' in smoke
+    assert jobs["site-smoke"]["env"]["KERNEL_DIST"] == "my-ops"  # type: ignore[index]
     assert "--preview-features wheel-variants" in smoke
-    assert smoke.count("kernelpack_runtime status my_ops --require") == 2
+    assert smoke.count('kernelpack_runtime status "$KERNEL_PACKAGE"') == 2
+    assert jobs["site-smoke"]["env"]["KERNEL_PACKAGE"] == "my_ops"  # type: ignore[index]
 
 
 def test_publish_none_writes_no_channel_job(

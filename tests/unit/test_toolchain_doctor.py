@@ -134,8 +134,12 @@ def test_invalid_manifest_is_a_one_line_error(
     )
     assert main(["doctor", str(package), *json_flag]) == 2
     captured = capsys.readouterr()
-    assert captured.out == ""
     assert captured.err.count("\n") == 1 and "[rmsnorm].arch" in captured.err
+    if json_flag:  # tools parse stdout: the failure is JSON there too
+        error = json.loads(captured.out)["error"]
+        assert error["exit_code"] == 2 and "[rmsnorm].arch" in error["message"]
+    else:
+        assert captured.out == ""
 
 
 def test_bad_settings_in_the_working_folder_are_a_one_line_error(

@@ -33,6 +33,7 @@ from kernelpack.builder import engine, install
 from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.plan import parse_kernels, plan_project
 from kernelpack.project.locate import Project, locate
+from kernelpack.syntax import pth
 from kernelpack_runtime._switch import parse_switch
 
 __all__ = [
@@ -188,6 +189,8 @@ def build_editable(
     from kernelpack.cli._render import settings_line
 
     project = _build_project()
+    # Refused before anything compiles: the folder becomes a line of the wheel's `.pth`.
+    pth.path_line(str(project.package_dir.parent.absolute()), what="the project's folder")
     options = _selection(config_settings)
     before = editable.inputs(project)
     with _explain_isolation():

@@ -14,8 +14,11 @@ kernelpack.backend.editable` rebuilds with the settings of the install, prints
 `kernelpack: rebuilt rmsnorm (1 file, 2.1 s)` when it compiled something, and a failure
 raises `ImportError` carrying the compiler's first error lines.
 
-`KERNELPACK_EDITABLE_SKIP` (folders, `os.pathsep`-separated) turns the check off for those
-project roots; `KERNELPACK_EDITABLE_VERBOSE=1` shows the build's own output.
+`KERNELPACK_EDITABLE_SKIP` (folders, `os.pathsep`-separated, compared after resolving) turns
+the check off for those project roots; `KERNELPACK_EDITABLE_VERBOSE=1` shows the build's own
+output. A process that cannot compile (no nvcc) imports the previous build unchanged, after one
+line saying so: the record, the stamp and the libraries stay, and the next import with the
+toolchain rebuilds.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class EditableFinder:
     ) -> ModuleSpec | None:
         if fullname != self.package or self.checked:
             return None
-        if self.root in os.environ.get(SKIP, "").split(os.pathsep):
+        if _skipped(self.root, os.environ.get(SKIP, "")):
             return None
         if self.stale():
             self.rebuild()
@@ -149,6 +152,14 @@ class EditableFinder:
         outcome = _outcome(proc.stdout)
         if proc.returncode != 0 or outcome is None or not outcome.get("ok"):
             raise ImportError(_failure(self.package, outcome, proc.stderr), name=self.package)
+        kept = outcome.get("kept")
+        if kept:
+            print(
+                f"kernelpack: cannot rebuild {self.package} in this process ({kept}); "
+                "importing the previous build, unchanged",
+                file=sys.stderr,
+                flush=True,
+            )
         files: dict[str, int] = outcome.get("compiled", {})
         if files:
             count = sum(files.values())
@@ -158,6 +169,15 @@ class EditableFinder:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _skipped(root: str, skip: str) -> bool:
+    """Whether `root` is one of the `os.pathsep`-separated folders of `skip`, compared as
+    real paths (a trailing slash or a symlinked route still names the same folder)."""
+    if not skip:
+        return False
+    real = os.path.realpath(root)
+    return any(folder and os.path.realpath(folder) == real for folder in skip.split(os.pathsep))
 
 
 def _outcome(stdout: str | None) -> dict[str, Any] | None:

@@ -29,10 +29,12 @@ from kernelpack.builder import engine, install
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import KernelpackError
+from kernelpack.plan import plan_project
 from kernelpack.project.locate import Project, locate
 from kernelpack.toolchain.environment import BuildEnvironment, replayed
 from kernelpack_runtime._files import write_text_atomic
-from kernelpack_runtime.record import BuiltKernel
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
+from kernelpack_runtime.record import BuildRecord, BuiltKernel, InvalidRecord
 
 __all__ = [
     "Snapshot",
@@ -48,6 +50,8 @@ __all__ = [
 #: Compiler output kept for the `ImportError`: from the first error line, this many lines.
 _ERROR_LINES = 8
 _ERROR_RE = re.compile(r"\berror\b", re.IGNORECASE)
+#: Skip reasons that say this process has no toolchain, not that the kernel changed.
+_TOOLCHAIN_MISSING = frozenset({"nvcc-missing"})
 
 
 def settings_for(environment: BuildEnvironment, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,10 +173,31 @@ def _first_error_lines(output: str) -> list[str]:
     return []
 
 
+def _cannot_compile(
+    project: Project, env: Mapping[str, str], settings: Mapping[str, Any]
+) -> str | None:
+    """Why this process cannot compile a kernel the last build compiled (no nvcc here), or
+    None. Then nothing is rebuilt: the record, the stamp and the libraries stay as they are,
+    so the next import with a toolchain rebuilds."""
+    options = _options(settings)
+    options.pop("jobs", None)
+    plan = plan_project(project, env, strict=False, **options)
+    try:
+        record: BuildRecord | None = BuildRecord.read(project.package_dir / RECORD_FILENAME)
+    except (InvalidRecord, OSError):
+        record = None
+    for kernel in plan.kernels:
+        built = record is not None and isinstance(record.kernels.get(kernel.name), BuiltKernel)
+        if built and kernel.skip is not None and kernel.skip.code in _TOOLCHAIN_MISSING:
+            return f"{kernel.skip.code}: {kernel.skip.message}"
+    return None
+
+
 def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -> dict[str, Any]:
     """Rebuild the project at `root` in place with the install's `settings`; the outcome as
-    the finder reads it: `{"ok": true, "compiled": {kernel: files}}` or `{"ok": false,
-    "error": line, "compiler": [first error lines]}`."""
+    the finder reads it: `{"ok": true, "compiled": {kernel: files}}`, with `"kept": why`
+    when this process cannot compile (nothing was touched), or `{"ok": false, "error":
+    line, "compiler": [first error lines]}`."""
     from kernelpack.cli._render import settings_line
 
     captured = io.StringIO()
@@ -180,6 +205,9 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
         project = locate(root)
         before = inputs(project)
         env = _environment(project, settings, os.environ)
+        kept = _cannot_compile(project, env, settings)
+        if kept is not None:
+            return {"ok": True, "compiled": {}, "kept": kept}
         result = engine.build_project(
             project,
             environ=env,

@@ -43,12 +43,15 @@ from kernelpack.backend.metadata import (
 from kernelpack.backend.sdist import source_date_epoch
 from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_tag
 from kernelpack.builder.outputs import BuildResult
+from kernelpack.errors import BuildError
 from kernelpack.project.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project.locate import Project
+from kernelpack.syntax import pth
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 from kernelpack_runtime.record import BuiltKernel
 
 __all__ = [
+    "PURE_TAG",
     "dist_info_name",
     "package_files",
     "remove_stale_staging",
@@ -88,11 +91,17 @@ def wheel_metadata(project: Project, version: str) -> CoreMetadata:
     return core_metadata(project, version, requirements(project, version))
 
 
+#: The tag of a wheel holding no compiled library, as `wheel`'s bdist_wheel writes for a
+#: pure-Python project: any Python 3, any platform (pip installs it everywhere).
+PURE_TAG = Tag("py3", "none", "any")
+
+
 def _wheel_text(tag: Tag) -> str:
+    purelib = "true" if tag == PURE_TAG else "false"
     return (
         "Wheel-Version: 1.0\n"
         f"Generator: kernelpack {__version__}\n"
-        "Root-Is-Purelib: false\n"
+        f"Root-Is-Purelib: {purelib}\n"
         f"Tag: {tag}\n"
     )
 
@@ -180,6 +189,15 @@ def remove_stale_staging(wheel_dir: Path) -> list[Path]:
     return removed
 
 
+def _write_members(tmp: Path, members: list[tuple[str, bytes | Path]]) -> None:
+    with WheelFile(tmp, "w") as whl:
+        for arcname, content in members:
+            if isinstance(content, Path):
+                whl.write(str(content), arcname)
+            else:
+                whl.writestr(arcname, content)
+
+
 def write_wheel(
     project: Project,
     result: BuildResult,
@@ -203,7 +221,8 @@ def write_wheel(
     package = project.package
     members: list[tuple[str, bytes | Path]] = []
     if editable_path is not None:
-        members.append((f"_{_dist(project)}_editable.pth", f"{editable_path}\n".encode()))
+        line = pth.path_line(str(editable_path.absolute()), what="the project's folder")
+        members.append((f"_{_dist(project)}_editable.pth", pth.text([line]).encode()))
         members += [(name, text.encode()) for name, text in (editable_files or {}).items()]
         platform_name = provisional_platform()
     else:
@@ -224,6 +243,8 @@ def write_wheel(
             print(found.warning, file=stream or sys.stderr)
         platform_name = found.name
     tag = wheel_tag(result.plan, platform_name)
+    if editable_path is None and not result.libraries:
+        tag = PURE_TAG  # no compiled code: not tied to a Python, an ABI or a glibc
     info = dist_info_name(project, version)
     members += [(f"{info}/{name}", content) for name, content in _dist_info_files(metadata, tag)]
 
@@ -238,13 +259,13 @@ def write_wheel(
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             tmp = staging / path.name
-            with WheelFile(tmp, "w") as whl:
-                for arcname, content in members:
-                    if isinstance(content, Path):
-                        whl.write(str(content), arcname)
-                    else:
-                        whl.writestr(arcname, content)
-            os.replace(tmp, path)
+            try:
+                _write_members(tmp, members)
+                os.replace(tmp, path)
+            except OSError as exc:  # a full disk (ENOSPC), a file size limit (EFBIG)...
+                raise BuildError(
+                    f"{path}: cannot write the wheel: {exc.strerror or exc}; nothing was written"
+                ) from None
         finally:
             os.close(fd)
     finally:

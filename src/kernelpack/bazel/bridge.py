@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.syntax import pth
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [
@@ -127,27 +128,25 @@ class Bridge:
         return self.python.purelib / pth_name(self.venv)
 
     def lines(self) -> list[str]:
-        """The file's lines: the venv's site folders, then (if asked) its `.pth` lines."""
+        """The file's lines: the venv's site folders, then (if asked) its `.pth` lines;
+        `UnsafeValue` for a path `site` would not read back as itself."""
         lines = [
-            f"# Written by `kernelpack bridge --venv {self.venv}`: the packages of that venv,",
-            f"# for {self.python.executable}. Remove with `kernelpack bridge --remove`.",
+            pth.comment(f"Written by `kernelpack bridge --venv {self.venv}`: the packages of"),
+            pth.comment(f"that venv, for {self.python.executable}."),
+            pth.comment("Remove with `kernelpack bridge --remove`."),
         ]
-        lines += [str(folder) for folder in self.venv_python.site_dirs]
+        lines += [
+            pth.path_line(str(folder), what="a site folder of the venv")
+            for folder in self.venv_python.site_dirs
+        ]
         if self.process_pth:
             for folder in self.venv_python.site_dirs:
                 lines += _pth_lines(folder)
-        unique: list[str] = []
-        for line in lines:
-            if line not in unique:
-                unique.append(line)
-        return unique
+        return list(dict.fromkeys(lines))
 
     def content(self) -> str:
-        """The file's text; `UsageError` when a path would break out of its line."""
-        lines = self.lines()
-        for line in lines:
-            _refuse_line_breaks(line, "a path of the bridge")
-        return "".join(f"{line}\n" for line in lines)
+        """The file's text; `UnsafeValue` when a path would break out of its line."""
+        return pth.text(self.lines())
 
 
 @dataclass(frozen=True)
@@ -185,11 +184,12 @@ def default_python() -> str:
 def bridge(venv: Path, python: str, *, process_pth: bool = False) -> BridgeResult:
     """Make `venv`'s packages visible to `python`; idempotent. Refuses another Python/ABI.
 
-    A path holding a line break or a NUL is refused: in a `.pth` file it would end its line,
-    and a next line starting with `import` is code that `site` runs at every start-up.
+    A path holding a line break (any that `str.splitlines()` knows) or a NUL is refused: in a
+    `.pth` file it would end its line, and a next line starting with `import` is code that
+    `site` runs at every start-up (`kernelpack.syntax.pth`).
     """
-    _refuse_line_breaks(str(venv), "--venv")
-    _refuse_line_breaks(python, "--python")
+    pth.path_line(str(venv.absolute()), what="--venv")
+    pth.path_line(str(Path(python).absolute()), what="--python")
     venv_python = _venv_python(venv)
     target = Interpreter.probe(python)
     source = Interpreter.probe(str(venv_python))
@@ -227,18 +227,6 @@ def unbridge(venv: Path, python: str) -> BridgeResult:
     return BridgeResult(path, "removed")
 
 
-_LINE_BREAKS = ("\n", "\r", "\0")
-
-
-def _refuse_line_breaks(value: str, what: str) -> None:
-    for char in _LINE_BREAKS:
-        if char in value:
-            raise UsageError(
-                f"{what} {value!r}: holds {char!r}; a .pth file takes one path per line, "
-                "so paths with line breaks or NUL are refused"
-            )
-
-
 def _venv_python(venv: Path) -> Path:
     if not (venv / "pyvenv.cfg").is_file():
         raise UsageError(f"{venv}: not a virtual environment (no pyvenv.cfg)")
@@ -251,15 +239,15 @@ def _venv_python(venv: Path) -> Path:
 def _pth_lines(site_dir: Path) -> list[str]:
     """The lines `site` would act on in `site_dir`'s own `.pth` files, paths made absolute."""
     lines: list[str] = []
-    for pth in sorted(site_dir.glob("*.pth")):
-        if pth.name.startswith("kernelpack-bridge-"):
+    for pth_file in sorted(site_dir.glob("*.pth")):
+        if pth_file.name.startswith("kernelpack-bridge-"):
             continue
-        for raw in pth.read_text(encoding="utf-8", errors="replace").splitlines():
+        for raw in pth_file.read_text(encoding="utf-8", errors="replace").splitlines():
             line = raw.rstrip()
             if not line or line.startswith("#"):
                 continue
             if line.startswith(("import ", "import\t")):
                 lines.append(line)
             else:
-                lines.append(str((site_dir / line).resolve()))
+                lines.append(pth.path_line(str((site_dir / line).resolve()), what=str(pth_file)))
     return lines

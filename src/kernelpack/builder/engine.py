@@ -248,21 +248,14 @@ def _compile(
     with launcher_session(launcher, env, stream=options.stream, active=work) as cache:
         if cache.launcher != launcher:
             inputs.write(cache.launcher, pools)  # the launcher could not start: compile without it
-        entries = [
-            {**e, "command": memory.unshim(e["command"])}
-            for e in ninja_runner.compdb(build_dir, cache.env)
-        ]
-        _write_compdb(build_dir, entries)
         try:
-            steps = _run_ninja(
-                build_dir,
-                libraries,
-                lock,
-                jobs=jobs,
-                env=cache.env,
-                options=options,
-                commands={e["output"]: e["command"] for e in entries},
-            )
+            try:
+                steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
+            except compiler_cache.CacheFailure as failure:
+                # The cache broke, not the code: once more without it.
+                cache.bypass(cache.failed(failure))
+                inputs.write(cache.launcher, pools)
+                steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
         finally:
             memory.collect(build_dir)
     stats = cache.stats
@@ -284,6 +277,32 @@ def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[s
         pool = outputs["heavy" if node.flags.heavy else "light"]
         pool.extend(node.object_for(source, build_dir) for source in node.sources)
     return outputs
+
+
+def _run_in(
+    cache: compiler_cache.Session,
+    build_dir: Path,
+    libraries: Mapping[str, Path],
+    lock: BuildLock,
+    *,
+    jobs: int,
+    options: BuildOptions,
+) -> tuple[Step, ...]:
+    """`compile_commands.json` for the session's environment, then the graph."""
+    entries = [
+        {**e, "command": memory.unshim(e["command"])}
+        for e in ninja_runner.compdb(build_dir, cache.env)
+    ]
+    _write_compdb(build_dir, entries)
+    return _run_ninja(
+        build_dir,
+        libraries,
+        lock,
+        jobs=jobs,
+        env=cache.env,
+        options=options,
+        commands={e["output"]: e["command"] for e in entries},
+    )
 
 
 def _run_ninja(
@@ -489,7 +508,11 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 
 def _failure_message(failed: str, output: str, build_dir: Path) -> str:
-    """`kernel 'k': <step> failed: <first compiler error line>`."""
+    """`kernel 'k': <step> failed: <first compiler error line>`; `CacheFailure` when the
+    compiler launcher (its cache), not the compiler, failed."""
+    problem = compiler_cache.launcher_failure(output)
+    if problem is not None:
+        raise compiler_cache.CacheFailure(problem)
     match = re.match(r"(?:obj|lib)/([^/]+)/(.*)", failed)
     if match:
         kernel, rest = match.groups()

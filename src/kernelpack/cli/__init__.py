@@ -3,12 +3,15 @@
 Each verb module exposes `register(subparsers)`, which adds its parser and sets
 `func=<callable(args) -> int>`. Errors derived from `KernelpackError` are printed as one line
 on stderr with their exit code (2 bad input, 1 failure of the thing checked); no traceback.
+An `OSError` (a full disk) is one line with exit 1. Under `--json` the failure is also printed
+on stdout as `{"error": {"message": ..., "exit_code": ...}}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 
@@ -74,11 +77,24 @@ def _main(argv: Sequence[str] | None) -> int:
         code = int(args.func(args))
     except KernelpackError as exc:
         print(f"kernelpack {args.verb}: error: {exc}", file=sys.stderr)
+        _json_error(args, str(exc), exc.exit_code)
         return exc.exit_code
+    except OSError as exc:  # a full disk, a vanished folder: the system's words, one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        message = f"{where}{exc.strerror or exc}"
+        print(f"kernelpack {args.verb}: error: {message}", file=sys.stderr)
+        _json_error(args, message, 1)
+        return 1
     except KeyboardInterrupt as exc:
         print(f"kernelpack {args.verb}: interrupted", file=sys.stderr)
         return exc.exit_code if isinstance(exc, Interrupted) else 130
     return code
+
+
+def _json_error(args: argparse.Namespace, message: str, code: int) -> None:
+    """Under `--json`, the failure as JSON on stdout too: tools never parse an empty string."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": {"message": message, "exit_code": code}}))
 
 
 if __name__ == "__main__":

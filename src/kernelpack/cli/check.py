@@ -47,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         manifest = project.load_manifest(allow_missing_sources=False)
     except ManifestError as exc:
-        for line in exc.lines(MAX_ERRORS):
+        lines = exc.lines(MAX_ERRORS)
+        for line in lines:
             print(f"kernelpack check: error: {line}", file=sys.stderr)
+        if args.json:
+            error = {"message": lines[0], "exit_code": exc.exit_code, "errors": lines}
+            print(json.dumps({"error": error}, indent=2))
         return exc.exit_code
     if args.json:
         print(json.dumps(to_json(project, manifest), indent=2))
@@ -76,7 +80,9 @@ def summary(project: Project, manifest: Manifest) -> str:
         f"{manifest.package} ({project.dist_name} {project.version}): "
         f"{count} kernel{'s' if count != 1 else ''} in {_relative(manifest.path, Path.cwd())}: ok"
     ]
-    width = max(len(spec.name) for spec in manifest.kernels)
+    if not manifest.kernels:  # a kernel-builder noarch project: pure Python kernels
+        lines.append("  no kernel to compile")
+    width = max((len(spec.name) for spec in manifest.kernels), default=0)
     for spec in manifest.kernels:
         files = len(spec.sources)
         if (

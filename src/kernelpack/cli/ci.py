@@ -63,6 +63,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="torch version(s) to build against, comma-separated (default: the one in uv.lock, "
         "else the newest); a classic-ABI package gets one wheel per machine, Python and torch",
     )
+    _cache_options(parser)
+    _gpu_options(parser)
+    _release_options(parser)
+    parser.add_argument(
+        "--kernelpack-version",
+        help="kernelpack version the jobs install (default: uv.lock's, else this one)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
+    )
+    parser.set_defaults(func=run)
+
+
+def _cache_options(parser: argparse.ArgumentParser) -> None:
+    """The compiler cache's and the farm's options."""
     parser.add_argument(
         "--cache",
         choices=CACHES,
@@ -78,6 +93,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also send the compiles to an sccache-dist farm: its scheduler URL and client "
         "token are the secrets KERNELPACK_DIST_SCHEDULER and KERNELPACK_DIST_TOKEN",
     )
+
+
+def _gpu_options(parser: argparse.ArgumentParser) -> None:
+    """The GPU smoke test's options."""
     parser.add_argument(
         "--gpu-runner",
         metavar="LABEL",
@@ -104,15 +123,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "linux-h100-4x, 4x, x4, 4gpu; else 1); more than one runs the GPU tests with one "
         "pytest-xdist worker per GPU (-n N --kernels-gpus auto)",
     )
-    _release_options(parser)
-    parser.add_argument(
-        "--kernelpack-version",
-        help="kernelpack version the jobs install (default: uv.lock's, else this one)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="overwrite a workflow not written by kernelpack ci"
-    )
-    parser.set_defaults(func=run)
 
 
 def _release_options(parser: argparse.ArgumentParser) -> None:

@@ -3,8 +3,10 @@
 PKG is an importable package name, a package folder, a `kernels.toml`, or the project folder
 that `build` and `check` accept (see `kernelpack.project.locate.locate_package`). Nothing is
 built or compiled: this is the registry's view of the build record on this machine. For an in-place
-build (the package folder holds its `kernels.toml`), each built kernel's recorded
-`sources_sha256` is compared with its sources now, and a kernel edited since is flagged.
+build (the package folder holds its `kernels.toml` and no wheel installed it), each built
+kernel's recorded `sources_sha256` is compared with its sources now, and a kernel edited since
+is flagged. `--json` says which it is (`"install": "wheel"` or `"in-place"`), and prints an
+`{"error": ...}` object on stdout when it fails.
 
 Exit 0 with a report; 1 when the package has no usable build record, or, under `--require`,
 when any kernel is unavailable; 2 for a PKG that names no package.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.project.locate import MANIFEST_NAME, PACKAGE_HELP, locate, locate_package
+from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 from kernelpack_runtime.record import BuildRecord, BuiltKernel
 from kernelpack_runtime.registry import registry_for
 from kernelpack_runtime.status import COLUMNS, PackageStatus
@@ -45,13 +48,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def installed_from_wheel(package_dir: Path) -> bool:
+    """Whether `package_dir` was installed from a wheel: a `.dist-info` beside it lists the
+    package's build record in its RECORD (an in-place build, editable or not, has none)."""
+    member = f"{package_dir.name}/{RECORD_FILENAME},"
+    for info in package_dir.parent.glob("*.dist-info"):
+        try:
+            text = (info / "RECORD").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if any(line.startswith(member) for line in text.splitlines()):
+            return True
+    return False
+
+
 def sources_changed(record: BuildRecord, package_dir: Path) -> dict[str, bool]:
     """Built kernel -> whether its sources differ from those it was built from.
 
-    Only for a package folder holding its `kernels.toml` (an in-place build); empty otherwise,
-    or when the manifest cannot be read (`kernelpack check` says why).
+    Only for a package folder holding its `kernels.toml` (an in-place build); empty otherwise
+    (a wheel ships `kernels.toml` without the sources), or when the manifest cannot be read
+    (`kernelpack check` says why).
     """
-    if not (package_dir / MANIFEST_NAME).is_file():
+    if not (package_dir / MANIFEST_NAME).is_file() or installed_from_wheel(package_dir):
         return {}
     from kernelpack.builder.outputs import sources_sha256
 
@@ -82,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     changed = sources_changed(record, location) if record is not None else {}
     if args.json:
         data = report.to_json()
+        data["install"] = "wheel" if installed_from_wheel(location) else "in-place"
         for name, edited in changed.items():
             data["kernels"][name]["sources_changed"] = edited
         print(json.dumps(data, indent=2))

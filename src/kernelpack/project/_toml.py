@@ -42,6 +42,7 @@ __all__ = [
     "display_path",
     "is_inside",
     "key_metadata",
+    "path_too_long",
     "quote",
     "read_document",
     "read_toml",
@@ -456,3 +457,23 @@ def _did_you_mean(name: str) -> str:
 def is_inside(path: Path, root: Path) -> bool:
     """Whether `path` lies in `root` (both absolute), lexically."""
     return os.path.commonpath([path, root]) == str(root)
+
+
+#: Longest file name (bytes) and path (bytes) Linux file systems take (NAME_MAX, PATH_MAX).
+_NAME_MAX = 255
+_PATH_MAX = 4095
+
+
+def path_too_long(entry: str) -> str | None:
+    """Why no file system here can hold path `entry` (a part over 255 bytes, the whole over
+    4095), None when it fits: such a name is refused, never handed to `stat` (which raises
+    "File name too long")."""
+    encoded = entry.encode("utf-8", "surrogateescape")
+    if len(encoded) > _PATH_MAX:
+        return f"is {len(encoded)} bytes long, longer than any path can be ({_PATH_MAX})"
+    for part in encoded.split(b"/"):
+        if len(part) > _NAME_MAX:
+            return (
+                f"holds a name of {len(part)} bytes, longer than any file name can be ({_NAME_MAX})"
+            )
+    return None

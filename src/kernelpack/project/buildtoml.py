@@ -39,6 +39,8 @@ from kernelpack.project._toml import (
     describe,
     display_path,
     is_inside,
+    path_too_long,
+    quote,
     read_toml,
 )
 from kernelpack.project.manifest import KernelSpec, Manifest
@@ -194,6 +196,9 @@ def read(path: Path) -> BuildToml:
     python_name = name.replace("-", "_")
     if not _NAME_RE.fullmatch(name) or not python_name.isidentifier():
         raise table.error("name", f'"{name}" is not a kernel name', 'expected e.g. "relu"')
+    too_long = path_too_long(python_name)  # it names the package folder
+    if too_long is not None:
+        raise table.error("name", f"{quote(name)} {too_long}", 'expected e.g. "relu"')
     version = general.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         got = "is missing" if version is None else f"got {describe(version)}"
@@ -759,6 +764,9 @@ class _Reader:
 
     def inside(self, table: Table, key: str, entry: str) -> Path:
         """`entry` resolved against the project root; raise when it leaves the project."""
+        too_long = path_too_long(entry)
+        if too_long is not None:
+            raise table.error(key, f"{quote(entry)} {too_long}", "expected a shorter path")
         if Path(entry).is_absolute() or entry.startswith("~"):
             raise table.error(
                 key, f'"{entry}" is an absolute path', "expected a path relative to build.toml"

@@ -309,24 +309,52 @@ def _manifest_file(path: Path) -> Path:
 def locate_package(text: str) -> str:
     """The import name of the kernel package PKG names, made importable from where it lies.
 
-    PKG is an importable name (`llm_ops`), a package folder (source tree or installed), a
-    `kernels.toml`, or a project folder that `kernelpack build` accepts. For a path, the folder
-    holding the package is put first on `sys.path`, so that copy is the one imported. A PKG
-    that is none of these is a `UsageError`.
+    As pip reads a requirement: PKG is a path when it holds a path separator or starts with
+    `.` (a package folder, source tree or installed; a `kernels.toml`; a project folder that
+    `kernelpack build` accepts), and then the folder holding the package is put first on
+    `sys.path`, so that copy is the one imported. Otherwise it is an installed package: an
+    import name (`llm_ops`), or a distribution name (`llm-ops`) whose files hold a build
+    record, even when a folder of that name lies in the working folder. A PKG that is none
+    of these is a `UsageError`.
     """
+    import os
     import sys
 
-    path = Path(text)
-    if path.exists():
+    separators = {os.sep, os.altsep} - {None}
+    if text.startswith(".") or any(sep in text for sep in separators if sep):
+        path = Path(text)
+        if not path.exists():
+            raise UsageError(f"{text}: no such package or project folder")
         folder = _package_folder(path)
         parent = str(folder.parent.absolute())
         if parent in sys.path:
             sys.path.remove(parent)
         sys.path.insert(0, parent)
         return folder.name
-    if not all(part.isidentifier() for part in text.split(".")):
-        raise UsageError(f"{text}: not a package name, nor a package or project folder")
-    return text
+    if all(part.isidentifier() for part in text.split(".")):
+        return text
+    package = _distribution_package(text)
+    if package is None:
+        raise UsageError(
+            f"{text}: not an installed package or distribution; a folder is named by a path "
+            f"(./{text})"
+        )
+    return package
+
+
+def _distribution_package(name: str) -> str | None:
+    """The kernel package (the folder holding a build record) of distribution `name`."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution(name).files or []
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    for file in files:
+        parts = file.parts
+        if len(parts) == 2 and parts[1] == "_kernelpack.json":
+            return str(parts[0])
+    return None
 
 
 def _package_folder(path: Path) -> Path:

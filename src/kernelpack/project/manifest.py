@@ -39,6 +39,7 @@ from kernelpack.project._toml import (
     display_path,
     is_inside,
     key_metadata,
+    path_too_long,
     quote,
     read_document,
 )
@@ -742,7 +743,7 @@ def _include_dirs(reader: _Reader) -> tuple[Path, ...]:
 def _check_path(reader: _Reader, key: str, entry: str, kind: Literal["path", "glob"]) -> None:
     """`entry` reaches nvcc's shell and build.ninja safely and stays inside the package."""
     table, context = reader.table, reader.context
-    problem = unsafe(entry, kind)
+    problem = unsafe(entry, kind) or path_too_long(entry)
     if problem is not None:
         raise table.error(key, f"{quote(entry)} {problem}", "expected a plain relative path")
     if Path(entry).is_absolute() or entry.startswith("~"):

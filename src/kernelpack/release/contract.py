@@ -124,6 +124,8 @@ class Contract:
             return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise UsageError(f"{path}: does not exist") from None
+        except RecursionError:
+            raise UsageError(f"{path}: not a kernelpack contract (nests too deeply)") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"{path}: not a kernelpack contract ({exc})") from None
 

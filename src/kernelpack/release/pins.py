@@ -8,7 +8,6 @@ lock holds, so a pin whose torch no longer matches the lock fails at import, not
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 from kernelpack.abitag import AbiTag
 from kernelpack.errors import UsageError
 from kernelpack.project._toml import PLATFORMS, display_path, read_toml
+from kernelpack.syntax import toml
 
 __all__ = [
     "BACKEND",
@@ -202,16 +202,15 @@ def _pin(wheel: Wheel, marker: str, base: str) -> Pin:
 
 
 def render_sources(entries: Sequence[Pin]) -> str:
-    """The `[tool.uv.sources]` table, ready to paste into `pyproject.toml` (JSON string
-    escapes are valid TOML basic strings)."""
+    """The `[tool.uv.sources]` table, ready to paste into `pyproject.toml`."""
     lines = ["[tool.uv.sources]"]
     by_package: dict[str, list[Pin]] = {}
     for pin in entries:
         by_package.setdefault(pin.package, []).append(pin)
     for package, group in by_package.items():
-        lines.append(f"{package} = [")
+        lines.append(f"{toml.key(package)} = [")
         lines += [
-            f"    {{ url = {json.dumps(pin.url)}, marker = {json.dumps(pin.marker)} }},"
+            f"    {{ url = {toml.string(pin.url)}, marker = {toml.string(pin.marker)} }},"
             for pin in group
         ]
         lines.append("]")
@@ -247,7 +246,10 @@ def locked_torch(lock: Path) -> list[Version]:
     """Every distinct torch version `uv.lock` resolves (one per fork), lowest first."""
     data = read_toml(lock)
     versions = set()
-    for package in data.get("package", []):
+    packages = data.get("package", [])
+    if not isinstance(packages, list):
+        raise UsageError(f"{display_path(lock)}: package is not an array of tables")
+    for package in packages:
         if isinstance(package, Mapping) and package.get("name") == "torch":
             try:
                 versions.add(Version(str(package.get("version"))))
@@ -263,10 +265,16 @@ def locked_torch(lock: Path) -> list[Version]:
 
 def _sources(pyproject: Path) -> list[tuple[str, Mapping[str, Any]]]:
     data = read_toml(pyproject)
-    tool = data.get("tool", {})
-    sources = tool.get("uv", {}).get("sources", {}) if isinstance(tool, Mapping) else {}
-    if not isinstance(sources, Mapping):
-        raise UsageError(f"{display_path(pyproject)}: [tool.uv.sources] is not a table")
+    sources: object = data
+    keys: list[str] = []
+    for key in ("tool", "uv", "sources"):
+        assert isinstance(sources, Mapping)
+        sources = sources.get(key, {})
+        keys.append(key)
+        if not isinstance(sources, Mapping):
+            table = ".".join(keys)
+            raise UsageError(f"{display_path(pyproject)}: [{table}] is not a table")
+    assert isinstance(sources, Mapping)
     found = []
     for package, value in sources.items():
         entries = value if isinstance(value, list) else [value]

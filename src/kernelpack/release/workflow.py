@@ -45,8 +45,9 @@ from packaging.version import InvalidVersion, Version
 from kernelpack import __version__
 from kernelpack.errors import UsageError
 from kernelpack.project._shell import unsafe
-from kernelpack.project._toml import read_toml
+from kernelpack.project._toml import display_path, read_toml
 from kernelpack.project.locate import Project
+from kernelpack.syntax import yaml
 
 __all__ = [
     "CACHES",
@@ -84,6 +85,7 @@ SCCACHE_VERSION = "v0.16.0"
 
 #: (machine, GitHub-hosted runner): native builds, no cross-compiling of Python extensions.
 _RUNNERS = (("x86_64", "ubuntu-24.04"), ("aarch64", "ubuntu-24.04-arm"))
+_RUNNER = "--gpu-runner"
 
 
 class _Template(Template):
@@ -131,6 +133,24 @@ def gpu_count_of(label: str) -> int | None:
     return counts.pop() if counts else None
 
 
+def _check_cache(cache: str, s3_bucket: str | None, farm: bool) -> None:
+    """`UsageError` for a `--cache` choice that cannot work with the other options."""
+    if cache not in CACHES:
+        raise UsageError(f"--cache {cache!r}: expected one of {', '.join(CACHES)}")
+    if cache == "s3" and not s3_bucket:
+        raise UsageError("--cache s3 needs --s3-bucket NAME")
+    if farm and cache == "none":
+        raise UsageError("--farm sends the compiles through sccache: use --cache gha or s3")
+
+
+def _gitlink_holding(repo: Path, project_dir: PurePosixPath) -> PurePosixPath | None:
+    """The submodule of `repo` that holds the project, if it lies in one."""
+    return next(
+        (link for link in gitlinks(repo) if project_dir == link or link in project_dir.parents),
+        None,
+    )
+
+
 def _cuda_version(cuda: str | None, locked: dict[str, str]) -> Version:
     """`--cuda` as MAJOR.MINOR; default: the CUDA of the locked torch, else `DEFAULT_CUDA`."""
     if cuda is None:
@@ -150,14 +170,21 @@ def _torch_versions(torch: str | None, locked: dict[str, str]) -> tuple[str, ...
     if torch is not None:
         return _versions(torch, "--torch")
     if "torch" in locked:
-        return (Version(locked["torch"]).public,)
+        try:
+            return (Version(locked["torch"]).public,)
+        except InvalidVersion:
+            shown = repr(locked["torch"])
+            raise UsageError(f"uv.lock: torch version {shown} is not a version") from None
     return ()
 
 
 def _locked(lock: Path) -> dict[str, str]:
     """Package name -> version for the packages `uv.lock` pins."""
     versions: dict[str, str] = {}
-    for package in read_toml(lock).get("package", []):
+    packages = read_toml(lock).get("package", [])
+    if not isinstance(packages, list):
+        raise UsageError(f"{display_path(lock)}: package is not an array of tables")
+    for package in packages:
         if isinstance(package, dict) and "name" in package and "version" in package:
             versions[str(package["name"])] = str(package["version"])
     return versions
@@ -187,6 +214,27 @@ def _versions(text: str, flag: str, parts: int | None = None) -> tuple[str, ...]
             shape = {2: "MAJOR.MINOR such as 3.12"}.get(parts or 0, "a version such as 2.11.0")
             raise UsageError(f"{flag} {one!r}: expected {shape}")
     return found
+
+
+def _locked_version(lock: Path, locked: dict[str, str], name: str) -> Version:
+    try:
+        return Version(locked[name])
+    except InvalidVersion:
+        shown = display_path(lock)
+        raise UsageError(f"{shown}: {name} version {locked[name]!r} is not a version") from None
+
+
+def _kernelpack_version(given: str | None, lock: Path, locked: dict[str, str]) -> str:
+    """The kernelpack version the jobs install: `given`, else the lock's, else this one;
+    a version (it is written into the workflow), else `UsageError` naming where it came from."""
+    if given is None:
+        if "kernelpack" not in locked:
+            return __version__
+        return str(_locked_version(lock, locked, "kernelpack"))
+    try:
+        return str(Version(given))
+    except InvalidVersion:
+        raise UsageError(f"--kernelpack-version {given!r}: not a version") from None
 
 
 def _posix(path: Path, repo: Path) -> PurePosixPath:
@@ -282,33 +330,24 @@ class Workflow:
         version = _cuda_version(cuda, locked)
         pythons = _versions(python, "--python", parts=2) or _versions("3.12", "--python", 2)
         torches = _torch_versions(torch, locked)
-        if cache not in CACHES:
-            raise UsageError(f"--cache {cache!r}: expected one of {', '.join(CACHES)}")
-        if cache == "s3" and not s3_bucket:
-            raise UsageError("--cache s3 needs --s3-bucket NAME")
-        if farm and cache == "none":
-            raise UsageError("--farm sends the compiles through sccache: use --cache gha or s3")
+        _check_cache(cache, s3_bucket, farm)
         if gpu_machine not in dict(_RUNNERS):
             known = ", ".join(machine for machine, _ in _RUNNERS)
             raise UsageError(f"--gpu-machine {gpu_machine!r}: expected one of {known}")
         tests, count = _gpu_tests(repo, gpu_runner, gpu_tests, gpu_count)
         project_dir = _posix(project.root, repo)
-        holder = next(
-            (link for link in gitlinks(repo) if project_dir == link or link in project_dir.parents),
-            None,
-        )
         return cls(
             project_dir=project_dir,
             package_dir=_posix(project.package_dir, repo),
             package=project.package_dir.name,
             env_prefix=project.env_prefix,
             out=_posix(out if out.is_absolute() else repo / out, repo),
-            gitlink=holder,
+            gitlink=_gitlink_holding(repo, project_dir),
             lock=lock.is_file(),
             cuda=version,
             pythons=pythons[:1] if stable else pythons,
             torches=torches[:1] if stable else torches,
-            kernelpack=kernelpack or locked.get("kernelpack") or __version__,
+            kernelpack=_kernelpack_version(kernelpack, lock, locked),
             cache=cache,
             s3_bucket=s3_bucket,
             s3_region=s3_region,
@@ -319,7 +358,8 @@ class Workflow:
             gpu_tests=tests,
             gpu_count=count,
             test_requirements=tuple(
-                f"{name}=={locked[name]}" if name in locked else name
+                # A version from the lock is written into a run: line: checked, normalised.
+                f"{name}=={_locked_version(lock, locked, name)}" if name in locked else name
                 for name in ("pytest", "pytest-xdist")
             ),
             dist=project.dist_name,
@@ -357,10 +397,10 @@ class Workflow:
             for python in self.pythons:
                 for torch in self.torches or ("",):
                     rows.append(
-                        f"          - machine: {machine}\n"
-                        f"            runner: {runner or hosted}\n"
-                        f'            python: "{python}"\n'
-                        f'            torch: "{torch}"'
+                        f"          - machine: {yaml.scalar(machine)}\n"
+                        f"            runner: {yaml.scalar(runner or hosted, what=_RUNNER)}\n"
+                        f"            python: {yaml.string(python)}\n"
+                        f"            torch: {yaml.string(torch)}"
                     )
         return "\n".join(rows)
 
@@ -372,9 +412,9 @@ class Workflow:
             lines.append('      SCCACHE_GHA_ENABLED: "true"')
         else:
             lines += [
-                f'      SCCACHE_BUCKET: "{self.s3_bucket}"',
-                f'      SCCACHE_REGION: "{self.s3_region}"',
-                f'      SCCACHE_S3_KEY_PREFIX: "{self.package}/"',
+                f"      SCCACHE_BUCKET: {yaml.string(self.s3_bucket or '', what='--s3-bucket')}",
+                f"      SCCACHE_REGION: {yaml.string(self.s3_region, what='--s3-region')}",
+                f"      SCCACHE_S3_KEY_PREFIX: {yaml.string(self.package + '/')}",
                 "      AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}",
                 "      AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}",
                 # Pull requests read the team's cache and write nothing to it.
@@ -382,7 +422,8 @@ class Workflow:
                 "&& 'READ_ONLY' || 'READ_WRITE' }}",
             ]
             if self.s3_endpoint:
-                lines.append(f'      SCCACHE_ENDPOINT: "{self.s3_endpoint}"')
+                endpoint = yaml.string(self.s3_endpoint, what="--s3-endpoint")
+                lines.append(f"      SCCACHE_ENDPOINT: {endpoint}")
         if self.farm:
             lines += [
                 # Empty where secrets are not given (a fork's pull request): a local build.
@@ -420,10 +461,11 @@ class Workflow:
             )
         return _SMOKE.substitute(
             matrix=self._rows(machines, runner=self.gpu_runner),
-            prefix=self.env_prefix,
+            require=self._require,
             index=self.torch_index,
-            installs=f'"kernelpack=={self.kernelpack}"' + requirements,
-            package=self.package,
+            installs='"kernelpack==$KERNELPACK_VERSION"' + requirements,
+            kernelpack=yaml.string(self.kernelpack),
+            package=yaml.string(self.package),
             checkout=checkout,
             tests=tests,
         )
@@ -431,14 +473,13 @@ class Workflow:
     def _channels(self, submodules: str) -> str:
         if not self.publish:
             return ""
-        default = f" --default {self.default_label}" if self.default_label else ""
         pages = _CHANNELS_PAGES_ARTIFACT.template if "pages" in self.publish else ""
         text = _CHANNELS.substitute(
             needs="[build, smoke]" if self.gpu_runner else "build",
             submodules=submodules,
-            project=str(self.project_dir),
-            kernelpack=self.kernelpack,
-            default=default,
+            project=yaml.string(str(self.project_dir), what="the project folder"),
+            kernelpack=yaml.string(self.kernelpack),
+            default=yaml.string(self.default_label or "", what="--default"),
             pages_artifact=pages,
         )
         if "pypi" in self.publish:
@@ -449,40 +490,47 @@ class Workflow:
                 major, minor = self.cuda.release[:2]
                 torch = f"=={self.torches[0]}" if self.torches else ""
                 text += _SITE_SMOKE.substitute(
-                    runner=self.gpu_runner,
+                    runner=yaml.scalar(self.gpu_runner, what=_RUNNER),
                     python=self.pythons[0],
                     index=self.torch_index,
                     torch=torch,
                     cuda=f"cu{major}{minor}",
-                    dist=self.dist,
-                    package=self.package,
+                    dist=yaml.string(self.dist, what="the distribution name"),
+                    package=yaml.string(self.package),
                 )
         return text
 
+    @property
+    def _require(self) -> str:
+        return yaml.env_name(f"{self.env_prefix}_KERNELS_REQUIRE", what="the env prefix")
+
     def text(self) -> str:
         """The workflow file."""
-        paths = "".join(f'\n      - "{path}"' for path in self.paths)
+        paths = "".join(f"\n      - {yaml.string(path, what='a path')}" for path in self.paths)
         comment = ""
         if self.gitlink is not None:
+            gitlink = yaml.comment(
+                f"The trigger is the gitlink {self.gitlink}, not {self.gitlink}/**: no file below",
+                what="the submodule path",
+            )
             comment = (
-                f"\n# The trigger is the gitlink {self.gitlink}, not {self.gitlink}/**: no file "
-                "below a\n# submodule is tracked here, so a ** pattern would never match a bump."
+                f"\n{gitlink}\n"
+                "# a submodule is tracked here, so a ** pattern would never match a bump."
             )
         submodules = "true" if self.gitlink is not None else "false"
         return _WORKFLOW.substitute(
             header=HEADER,
             comment=comment,
             paths=paths,
-            prefix=self.env_prefix,
+            require=self._require,
             image=self.image,
             matrix=self._rows(_RUNNERS),
             cache_env=self._cache_env(),
             cache_steps=self._cache_steps(),
             submodules=submodules,
             index=self.torch_index,
-            kernelpack=self.kernelpack,
-            project=str(self.project_dir),
-            out=str(self.out),
+            kernelpack=yaml.string(self.kernelpack),
+            project=yaml.string(str(self.project_dir), what="the project folder"),
             smoke=self._smoke(submodules),
             publish_needs="[build, smoke]" if self.gpu_runner else "build",
         ) + self._channels(submodules)
@@ -566,7 +614,9 @@ _SMOKE = _Template("""
 %matrix
     runs-on: ${{ matrix.runner }}
     env:
-      %{prefix}_KERNELS_REQUIRE: "1"
+      %{require}: "1"
+      KERNELPACK_VERSION: %kernelpack
+      KERNEL_PACKAGE: %package
     steps:%checkout
       - uses: actions/download-artifact@v4
         with:
@@ -583,8 +633,9 @@ _SMOKE = _Template("""
       - name: Every kernel is available, and every op raises on input it refuses
         working-directory: ${{ runner.temp }}
         run: |
-          "$RUNNER_TEMP/smoke/bin/kernelpack" status %package --require
-          "$RUNNER_TEMP/smoke/bin/python" -m kernelpack_runtime.testing.refusals %package%tests
+          "$RUNNER_TEMP/smoke/bin/kernelpack" status "$KERNEL_PACKAGE" --require
+          "$RUNNER_TEMP/smoke/bin/python" -m kernelpack_runtime.testing.refusals \\
+            "$KERNEL_PACKAGE"%tests
 """)
 
 _WORKFLOW = _Template("""\
@@ -632,8 +683,10 @@ jobs:
     runs-on: ${{ matrix.runner }}
     container: %image
     env:
-      %{prefix}_KERNELS_REQUIRE: "1"
-      UV_PYTHON: ${{ matrix.python }}%cache_env
+      %{require}: "1"
+      UV_PYTHON: ${{ matrix.python }}
+      KERNELPACK_VERSION: %kernelpack
+      KERNEL_PROJECT: %project%cache_env
     steps:
       - name: Install git (the checkout needs it for submodules)
         run: apt-get update && apt-get install -y --no-install-recommends git ca-certificates
@@ -648,8 +701,8 @@ jobs:
         run: |
           uv venv /opt/kernels
           uv pip install --python /opt/kernels --index-url %index "torch${TORCH:+==$TORCH}"
-          uv pip install --python /opt/kernels "kernelpack==%kernelpack"
-          /opt/kernels/bin/kernelpack build %project --wheel-dir dist
+          uv pip install --python /opt/kernels "kernelpack==$KERNELPACK_VERSION"
+          /opt/kernels/bin/kernelpack build "$KERNEL_PROJECT" --wheel-dir dist
       - uses: actions/upload-artifact@v4
         with:
           name: wheels-${{ matrix.machine }}-py${{ matrix.python }}-torch${{ matrix.torch }}
@@ -677,11 +730,12 @@ jobs:
         env:
           RELEASES: ${{ github.server_url }}/${{ github.repository }}/releases/download
           TAG: ${{ inputs.release_tag || 'TAG' }}
+          KERNELPACK_VERSION: %kernelpack
         run: |
           {
             echo "Paste into pyproject.toml, then run uv lock:"
             echo '```toml'
-            uvx "kernelpack==%kernelpack" pin dist/*.whl --url-base "$RELEASES/$TAG"
+            uvx "kernelpack==$KERNELPACK_VERSION" pin dist/*.whl --url-base "$RELEASES/$TAG"
             echo '```'
           } >> "$GITHUB_STEP_SUMMARY"
 """)
@@ -694,6 +748,10 @@ _CHANNELS = _Template("""
     needs: %needs
     if: ${{ inputs.release_tag }}
     runs-on: ubuntu-latest
+    env:
+      KERNELPACK_VERSION: %kernelpack
+      KERNEL_PROJECT: %project
+      DEFAULT_LABEL: %default
     steps:
       - uses: actions/checkout@v4
         with:
@@ -706,9 +764,11 @@ _CHANNELS = _Template("""
           merge-multiple: true
       - uses: astral-sh/setup-uv@v6
       - name: The sdist
-        run: uv build --sdist --out-dir dist %project
+        run: uv build --sdist --out-dir dist "$KERNEL_PROJECT"
       - name: kernelpack index
-        run: uvx "kernelpack==%kernelpack" index dist --out site%default
+        run: >-
+          uvx "kernelpack==$KERNELPACK_VERSION" index dist --out site
+          ${DEFAULT_LABEL:+--default "$DEFAULT_LABEL"}
       - uses: actions/upload-artifact@v4
         with:
           name: pypi
@@ -767,6 +827,8 @@ _SITE_SMOKE = _Template("""
     runs-on: %runner
     env:
       SITE: ${{ needs.pages.outputs.url }}
+      KERNEL_DIST: %dist
+      KERNEL_PACKAGE: %package
     steps:
       - uses: astral-sh/setup-uv@v6
       - name: From the %cuda index
@@ -774,13 +836,14 @@ _SITE_SMOKE = _Template("""
           uv venv --python "%python" "$RUNNER_TEMP/cuda"
           uv pip install --python "$RUNNER_TEMP/cuda" --index-url %index "torch%torch"
           uv pip install --python "$RUNNER_TEMP/cuda" \\
-            --extra-index-url "${SITE}%cuda/simple" "%dist"
-          "$RUNNER_TEMP/cuda/bin/python" -m kernelpack_runtime status %package --require
+            --extra-index-url "${SITE}%cuda/simple" "$KERNEL_DIST"
+          "$RUNNER_TEMP/cuda/bin/python" -m kernelpack_runtime status "$KERNEL_PACKAGE" --require
       - name: As wheel variants (uv's wheel-variants preview picks the GPU's)
         run: |
           uv venv --python "%python" "$RUNNER_TEMP/variants"
           uv pip install --python "$RUNNER_TEMP/variants" --index-url %index "torch%torch"
           uv pip install --python "$RUNNER_TEMP/variants" --preview-features wheel-variants \\
-            --extra-index-url "${SITE}variants/simple" "%dist"
-          "$RUNNER_TEMP/variants/bin/python" -m kernelpack_runtime status %package --require
+            --extra-index-url "${SITE}variants/simple" "$KERNEL_DIST"
+          "$RUNNER_TEMP/variants/bin/python" -m kernelpack_runtime status "$KERNEL_PACKAGE" \\
+            --require
 """)

@@ -26,7 +26,7 @@ requires = ["kernelpack"]
 build-backend = "kernelpack.backend"
 
 [project]
-name = "$dist"
+name = $dist
 version = "0.1.0"
 description = "CUDA kernels for PyTorch, built with kernelpack"
 requires-python = ">=3.10"
@@ -48,7 +48,7 @@ KERNELS_TOML = Template("""\
 description = "y = x * alpha (a starting point: replace it with your kernel)"
 sources = ["csrc/$name.cu"]
 $abi_lines
-arch = [$archs]
+arch = $archs
 """)
 
 ABI_STABLE = '''\

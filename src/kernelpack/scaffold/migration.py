@@ -15,7 +15,6 @@ What `kernels.toml` cannot say is reported, not silently dropped: kernels of oth
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Iterable
@@ -24,9 +23,10 @@ from pathlib import Path
 
 from kernelpack.errors import UsageError
 from kernelpack.project import buildtoml
-from kernelpack.project._toml import display_path
+from kernelpack.project._toml import display_path, is_inside
 from kernelpack.project.locate import MANIFEST_NAME, Project
 from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec
+from kernelpack.syntax import toml
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = ["Migration", "plan"]
@@ -58,9 +58,34 @@ class Migration:
         """The files this migration would overwrite (or shadow)."""
         return tuple(p for p in (*self.files, *self.replaces) if p.exists() or p.is_symlink())
 
+    def check_links(self) -> None:
+        """`UsageError` naming the first symlink that leads out of the project: a file to copy
+        whose target lies outside (its content would ship in the next sdist), or a folder on
+        the way to a file to write (the file would land outside)."""
+        root = self.root.resolve()
+        for source in self.copies.values():
+            target = source.resolve()
+            if not is_inside(target, root):
+                raise UsageError(
+                    f"{display_path(source)}: a symlink to {target}, outside the project "
+                    f"{display_path(self.root)}; kernelpack migrate copies only the project's "
+                    "own files"
+                )
+        for path in (*self.files, *self.replaces):
+            folder = path.parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if not is_inside(folder.resolve(), root):
+                raise UsageError(
+                    f"{display_path(folder)}: leads to {folder.resolve()}, outside the project "
+                    f"{display_path(self.root)}; kernelpack migrate writes only inside it"
+                )
+
     def write(self, *, force: bool = False) -> tuple[Path, ...]:
         """Write every file; without `force`, raise `UsageError` (nothing written) when any
-        exists. Returns the files written."""
+        exists, or (even with `force`) when a symlink leads out of the project
+        (`check_links`). Returns the files written."""
+        self.check_links()
         conflicts = self.conflicts()
         if conflicts and not force:
             more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
@@ -138,10 +163,6 @@ def _files_to_copy(library: KernelSpec) -> Iterable[Path]:
     return [p for p in seen if p.name != "registration.h"]
 
 
-def _toml_list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(json.dumps(item) for item in items) + "]"
-
-
 def _kernels_toml(spec: KernelSpec, root: Path) -> str:
     def moved(path: Path) -> str:
         return (Path("csrc") / path.relative_to(root)).as_posix()
@@ -151,23 +172,23 @@ def _kernels_toml(spec: KernelSpec, root: Path) -> str:
         arch = (
             "{ "
             + ", ".join(
-                f"{platform} = {_toml_list(map(str, values))}"
+                f"{toml.key(platform)} = {toml.array(map(str, values))}"
                 for platform, values in spec.arch.items()
             )
             + " }"
         )
     else:
-        arch = _toml_list(map(str, archs))
+        arch = toml.array(map(str, archs))
     lines = [
         "# Migrated from build.toml by `kernelpack migrate`. The kernel `_ops` is the module",
         "# kernel-builder's generated _ops.py was; its namespace is the one the build.toml",
         "# build used, so both register the same ops.",
         "",
-        f"[{spec.name}]",
-        f"description = {json.dumps(spec.description)}",
-        f"ops = {json.dumps(spec.ops)}",
-        f"sources = {_toml_list(moved(p) for p in spec.sources)}",
-        f"include-dirs = {_toml_list(['csrc/include', *(moved(p) for p in spec.include_dirs)])}",
+        f"[{toml.key(spec.name)}]",
+        f"description = {toml.string(spec.description)}",
+        f"ops = {toml.string(spec.ops)}",
+        f"sources = {toml.array(moved(p) for p in spec.sources)}",
+        f"include-dirs = {toml.array(['csrc/include', *(moved(p) for p in spec.include_dirs)])}",
         f"arch = {arch}",
     ]
     if spec.ptx:
@@ -178,11 +199,11 @@ def _kernels_toml(spec: KernelSpec, root: Path) -> str:
     if spec.min_cuda is not None:
         lines.append(f'min-cuda = "{spec.min_cuda}"')
     if spec.depends:
-        lines.append(f"depends = {_toml_list(spec.depends)}")
+        lines.append(f"depends = {toml.array(spec.depends)}")
     lines += [
-        f"nvcc-flags = {_toml_list(spec.nvcc_flags)}",
-        f"cxx-flags = {_toml_list(spec.cxx_flags)}",
-        "defines = { " + ", ".join(f'{k} = "{v}"' for k, v in spec.defines.items()) + " }",
+        f"nvcc-flags = {toml.array(spec.nvcc_flags)}",
+        f"cxx-flags = {toml.array(spec.cxx_flags)}",
+        f"defines = {toml.inline_table(spec.defines)}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -258,15 +279,15 @@ def _pyproject(project: Project, facts: buildtoml.BuildToml) -> str:
         'build-backend = "kernelpack.backend"',
         "",
         "[project]",
-        f"name = {json.dumps(facts.name)}",
-        f"version = {json.dumps(project.version)}",
+        f"name = {toml.string(facts.name)}",
+        f"version = {toml.string(project.version)}",
     ]
     if facts.license is not None:
-        lines.append(f"license = {json.dumps(facts.license)}")
+        lines.append(f"license = {toml.string(facts.license)}")
     lines += [
-        f"dependencies = {_toml_list(_RUNTIME_DEPENDENCIES)}",
+        f"dependencies = {toml.array(_RUNTIME_DEPENDENCIES)}",
         "",
         "[tool.kernelpack]",
-        f"manifest = {json.dumps(manifest)}",
+        f"manifest = {toml.string(manifest)}",
     ]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from kernelpack.errors import UsageError
+from kernelpack.project._toml import is_inside
 from kernelpack.scaffold import _templates as t
+from kernelpack.syntax import toml
 from kernelpack_runtime.arch import Arch
 
 __all__ = ["ABIS", "Scaffold"]
@@ -84,9 +86,9 @@ class Scaffold:
         values = {
             "pkg": self.package,
             "name": self.kernel,
-            "dist": canonicalize_name(self.root.absolute().name),
+            "dist": toml.string(canonicalize_name(self.root.absolute().name)),
             "abi_lines": t.ABI_STABLE if self.abi == "stable" else t.ABI_TORCH,
-            "archs": ", ".join(f'"{arch}"' for arch in self.archs),
+            "archs": toml.array(str(arch) for arch in self.archs),
         }
         pkg, kernel = Path(self.package), Path(self.package) / self.kernel
         source = t.CU_STABLE if self.abi == "stable" else t.CU_TORCH
@@ -102,6 +104,16 @@ class Scaffold:
     def write(self) -> list[Path]:
         """Write every file; `UsageError` (nothing written) when any of them exists."""
         files = self.files()
+        root = self.root.resolve()
+        for path in files if self.root.exists() else ():
+            folder = (self.root / path).parent
+            while not folder.exists() and folder != self.root:
+                folder = folder.parent
+            if not is_inside(folder.resolve(), root):
+                raise UsageError(
+                    f"{folder}: leads to {folder.resolve()}, outside the project {self.root}; "
+                    "kernelpack new writes only inside it"
+                )
         existing = [path for path in files if (self.root / path).exists()]
         if existing:
             shown = ", ".join(str(self.root / path) for path in existing)

@@ -13,19 +13,34 @@ statistics are the difference of `ccache --print-stats` before and after the bui
 unless another build shares the same `CCACHE_DIR` at the same time). With a distributed
 farm configured (`kernelpack.toolchain.launcher.farm`), sccache's server reads a private
 client configuration naming it, and the statistics say where the compiles ran.
+
+Every request to a remote backend given as a plain-TCP endpoint (Redis, memcached, an
+`http://` endpoint) goes through a loopback relay of this session (`_Relay`): a request
+with no answer within `REQUEST_TIMEOUT_S` (a failover, a half-open connection) closes the
+relay for the rest of the build, so sccache's later requests fail at once and each compile
+runs without the remote cache, after one warning line. (TLS endpoints cannot be relayed;
+sccache's own time limits apply to them.)
+
+A broken local cache (its folder a file, not writable, or an entry sccache cannot read) is
+not a compile error: a folder that cannot be used is found before the build, and a compile
+that fails inside the launcher itself (`sccache: encountered fatal error`, `ccache: error:`)
+raises `CacheFailure`; either way the build bypasses the launcher after one warning line
+naming the cache folder (`Session.bypass`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,18 +48,33 @@ from typing import IO, Any, TextIO
 from urllib.parse import urlsplit
 
 from kernelpack import processes
+from kernelpack.errors import BuildError
 from kernelpack.toolchain.launcher import farm as dist
 from kernelpack.toolchain.launcher import kind_of
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import CacheRecord
 
-__all__ = ["START_TIMEOUT_S", "STATS_FILE", "CacheStats", "Session", "load", "save", "session"]
+__all__ = [
+    "REQUEST_TIMEOUT_S",
+    "START_TIMEOUT_S",
+    "STATS_FILE",
+    "CacheFailure",
+    "CacheStats",
+    "Session",
+    "launcher_failure",
+    "load",
+    "save",
+    "session",
+]
 
 #: The build folder's copy of the last compiling build's statistics (see `save`).
 STATS_FILE = "cache-stats.json"
 
 #: Longest wait for a private sccache server (its backend check included) to answer.
 START_TIMEOUT_S = 20.0
+
+#: Longest wait for a remote backend's answer to one request (relayed endpoints).
+REQUEST_TIMEOUT_S = 10.0
 
 _CALL_TIMEOUT_S = 20.0
 _PROBE_TIMEOUT_S = 3.0
@@ -75,6 +105,14 @@ _ENDPOINT_VARIABLES = (
     "SCCACHE_WEBDAV_ENDPOINT",
 )
 _DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "tcp": 6379, "http": 80, "https": 443}
+# Endpoint schemes spoken in clear, so a relay can stand in between.
+_RELAYED_SCHEMES = ("redis", "tcp", "http", "memcached")
+# How the launchers report a failure of their own (not the compiler's).
+_FAILURE_MARKERS = ("sccache: encountered fatal error", "sccache: error:", "ccache: error:")
+
+
+class CacheFailure(BuildError):
+    """A compile failed inside the compiler launcher (its cache), not in the compiler."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +239,33 @@ class Session:
         self.farm: dist.Farm | None = None
         """The distributed farm this build's compiles are sent to (None: all local)."""
         self._farm_folder: Path | None = None
+        self._binary = launcher
+        self._relays: list[_Relay] = []
+        self._stream: TextIO | None = None
+
+    @property
+    def cache_dir(self) -> Path | None:
+        """The launcher's local cache folder (None: not known)."""
+        return _local_cache_dir(kind_of(self._binary), self._binary, self.env)
+
+    def warn(self, text: str) -> None:
+        """One warning line on the session's stream."""
+        out = self._stream if self._stream is not None else sys.stderr
+        out.write(f"kernelpack: warning: {text}\n")
+        out.flush()
+
+    def failed(self, failure: CacheFailure) -> str:
+        """`failure` as a warning: which launcher, its cache folder, what it said."""
+        name = self._binary.name if self._binary is not None else "the compiler launcher"
+        folder = self.cache_dir
+        where = f" (its cache {folder})" if folder is not None else ""
+        return f"{name}{where} failed, not the compiler: {failure}"
+
+    def bypass(self, problem: str) -> None:
+        """Go on without the launcher for the rest of this build, after one warning."""
+        self.warn(f"{problem}; this build compiles without a compiler cache")
+        self.launcher = None
+        self._fallback = problem
 
 
 @contextmanager
@@ -217,9 +282,14 @@ def session(
     fallback warning, when there is one, goes to `stream` (default stderr) as one line.
     """
     current = Session(launcher, dict(env))
+    current._stream = stream
     kind = kind_of(launcher) if active else None
     try:
-        if active:
+        broken = _local_cache_problem(current.cache_dir) if kind is not None else None
+        if broken is not None:
+            current.bypass(broken)
+            kind = None
+        elif active:
             _use_farm(current, kind, stream)
         if kind == "sccache":
             assert launcher is not None
@@ -228,9 +298,7 @@ def session(
             assert launcher is not None
             current._ccache_before = _ccache_counters(launcher, current.env)
         if current.warning:
-            out = stream if stream is not None else sys.stderr
-            out.write(f"kernelpack: warning: {current.warning}\n")
-            out.flush()
+            current.warn(current.warning)
         yield current
         if kind == "sccache" and current.launcher is not None:
             current.stats = _sccache_stats(current)
@@ -244,6 +312,8 @@ def session(
             _stop_sccache(current)
         if current._farm_folder is not None:
             shutil.rmtree(current._farm_folder, ignore_errors=True)
+        for relay in current._relays:
+            relay.close()
 
 
 def _use_farm(current: Session, kind: str | None, stream: TextIO | None) -> None:
@@ -268,6 +338,64 @@ def _use_farm(current: Session, kind: str | None, stream: TextIO | None) -> None
     current.farm = farm
 
 
+def launcher_failure(output: str) -> str | None:
+    """The launcher's own error line in a failed step's `output`, None when the compiler
+    (not the launcher) failed."""
+    lines = [line.strip() for line in output.splitlines()]
+    for index, line in enumerate(lines):
+        if line.startswith(_FAILURE_MARKERS):
+            detail = next(
+                (
+                    rest
+                    for rest in lines[index:]
+                    if rest.startswith(("sccache: error:", "ccache: error:"))
+                ),
+                line,
+            )
+            return detail.split("error:", 1)[-1].strip() or line
+    return None
+
+
+def _local_cache_dir(
+    kind: str | None, launcher: Path | None, env: Mapping[str, str]
+) -> Path | None:
+    if kind == "sccache":
+        folder = env.get("SCCACHE_DIR", "").strip()
+        if folder:
+            return Path(folder)
+        cache_home = env.get("XDG_CACHE_HOME", "").strip()
+        home = env.get("HOME", "").strip()
+        if cache_home:
+            return Path(cache_home) / "sccache"
+        return Path(home) / ".cache" / "sccache" if home else None
+    if kind == "ccache":
+        folder = env.get("CCACHE_DIR", "").strip()
+        if folder:
+            return Path(folder)
+        if launcher is not None:
+            out = _call([str(launcher), "--get-config", "cache_dir"], env, text=True)
+            if out and out.strip():
+                return Path(out.strip())
+    return None
+
+
+def _local_cache_problem(folder: Path | None) -> str | None:
+    """Why the local cache folder cannot be used (named), None when it can (or is unknown)."""
+    if folder is None:
+        return None
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if probe == folder and not folder.is_dir():
+        return f"the compiler cache folder {folder} is not a folder"
+    if not probe.is_dir():
+        return f"the compiler cache folder {folder} cannot be created: {probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == folder else f"cannot be created in {probe}"
+        return f"the compiler cache folder {folder} {what}"
+    return None
+
+
 # --- sccache ----------------------------------------------------------------------------
 
 
@@ -275,9 +403,11 @@ def _start_sccache(current: Session, launcher: Path) -> None:
     env = current.env
     problem = _unreachable_endpoint(env)
     if problem is None:
+        _relay_endpoints(current)
         problem = _spawn_server(current, launcher, env)
         if problem is None:
             return
+        problem = current._fallback or problem  # a relayed backend that stalled at start
     local = _local_only(env)
     current.warning = f"{problem}; compiling with sccache's local disk cache"
     current._fallback = problem
@@ -330,7 +460,7 @@ def _stop_sccache(current: Session) -> None:
     if current.server_port is None:
         return
     # Whichever server listens on the private port (ours, or one a compile restarted).
-    _call([str(current.launcher or "sccache"), "--stop-server"], current.env)
+    _call([str(current._binary or "sccache"), "--stop-server"], current.env)
     if current._server is not None:
         try:
             current._server.wait(timeout=_CALL_TIMEOUT_S)
@@ -436,6 +566,183 @@ def _unreachable_endpoint(env: Mapping[str, str]) -> str | None:
             reason = exc.strerror or type(exc).__name__
             return f"sccache's cache backend {variable}={value} is unreachable ({reason.lower()})"
     return None
+
+
+def _relay_endpoints(current: Session) -> None:
+    """Put a `_Relay` in front of every plain-TCP backend endpoint of `current.env`."""
+    for variable in _ENDPOINT_VARIABLES:
+        value = current.env.get(variable, "").strip()
+        url = urlsplit(value if "://" in value else f"tcp://{value}")
+        address = _host_port(value) if value else None
+        if address is None or url.scheme not in _RELAYED_SCHEMES:
+            continue
+        shown = f"sccache's cache backend {variable}={value}"
+
+        def stalled(shown: str = shown) -> None:
+            problem = f"{shown} did not answer a request within {REQUEST_TIMEOUT_S:g} s"
+            current._fallback = problem
+            if current.server_port is not None:  # else the failed start says it, once
+                current.warn(f"{problem}; the rest of this build compiles without it")
+
+        relay = _Relay(address, stalled, redis="REDIS" in variable)
+        current._relays.append(relay)
+        netloc = url.netloc.rpartition("@")
+        local = f"127.0.0.1:{relay.port}"
+        current.env[variable] = url._replace(
+            netloc=f"{netloc[0]}@{local}" if netloc[1] else local
+        ).geturl()
+        if "://" not in value:
+            current.env[variable] = local
+
+
+# After a stall: the connection set-up and health checks of a Redis client succeed, every
+# other command fails (a refused or closed connection is retried by sccache's pool for 30 s).
+_RESP_STALLED = b"-ERR kernelpack: the cache backend stopped answering\r\n"
+_RESP_REPLIES = {b"PING": b"+PONG\r\n", b"CLIENT": b"+OK\r\n", b"SELECT": b"+OK\r\n"}
+
+
+def _resp_command(buffer: bytes) -> tuple[bytes, bytes] | None:
+    """The name of the first whole RESP command in `buffer` and the bytes after it."""
+    head, sep, rest = buffer.partition(b"\r\n")
+    if not sep:
+        return None
+    if not head.startswith(b"*"):  # an inline command
+        return (head.split() or [b""])[0], rest
+    name = b""
+    try:
+        count = int(head[1:])
+        for index in range(count):
+            size, sep, rest = rest.partition(b"\r\n")
+            length = int(size[1:])
+            if not sep or len(rest) < length + 2:
+                return None
+            name = rest[:length] if index == 0 else name
+            rest = rest[length + 2 :]
+    except ValueError:
+        return b"", b""
+    return name, rest
+
+
+class _Relay:
+    """A loopback TCP relay to one backend address that bounds every request in time.
+
+    Bytes pass through unchanged. When the client has sent bytes and the backend has not
+    answered within `REQUEST_TIMEOUT_S`, the backend is taken as stalled: every connection
+    is closed, and so is every later one as soon as it is accepted, so later requests fail
+    at once instead of waiting (a refused connection would not do: sccache's connection
+    pool retries those for 30 s); `on_stall` is called once.
+    """
+
+    def __init__(
+        self, address: tuple[str, int], on_stall: Callable[[], None], *, redis: bool = False
+    ) -> None:
+        self.address = address
+        self.redis = redis
+        self.on_stall = on_stall
+        self.stalled = False
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, name="kernelpack-cache-relay", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        if self.stalled:
+            self._refuse(client)
+            return
+        try:
+            upstream = socket.create_connection(self.address, timeout=REQUEST_TIMEOUT_S)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            if self.stalled:
+                client.close()
+                upstream.close()
+                return
+            self._sockets.update((client, upstream))
+        waiting_since: float | None = None
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(client, selectors.EVENT_READ, upstream)
+                selector.register(upstream, selectors.EVENT_READ, client)
+                while True:
+                    ready = selector.select(timeout=_POLL_S * 10)
+                    for key, _ in ready:
+                        source = key.fileobj
+                        assert isinstance(source, socket.socket)
+                        data = source.recv(65536)
+                        if not data:
+                            return
+                        key.data.sendall(data)
+                        if source is client:
+                            waiting_since = waiting_since or time.monotonic()
+                        else:
+                            waiting_since = None
+                    if waiting_since and time.monotonic() - waiting_since > REQUEST_TIMEOUT_S:
+                        self._stall()
+                        return
+                    if self.stalled:
+                        return
+        except OSError:
+            return
+        finally:
+            for sock in (client, upstream):
+                with suppress(OSError):
+                    sock.close()
+            with self._lock:
+                self._sockets.difference_update((client, upstream))
+
+    def _refuse(self, client: socket.socket) -> None:
+        """Answer a connection made after the stall without the backend: a Redis client
+        gets an error reply to each command (at once, so its request fails and the compile
+        goes on); other protocols, a closed connection."""
+        with client:
+            if not self.redis:
+                return
+            client.settimeout(REQUEST_TIMEOUT_S)
+            buffer = b""
+            try:
+                while data := client.recv(65536):
+                    buffer += data
+                    while (parsed := _resp_command(buffer)) is not None:
+                        name, buffer = parsed
+                        client.sendall(_RESP_REPLIES.get(name.upper(), _RESP_STALLED))
+            except OSError:
+                return
+
+    def _stall(self) -> None:
+        with self._lock:
+            if self.stalled:
+                return
+            self.stalled = True
+        self._hang_up()
+        self.on_stall()
+
+    def _hang_up(self) -> None:
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Stop listening and close every relayed connection."""
+        with suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        with suppress(OSError):
+            self._listener.close()
+        self._hang_up()
 
 
 def _host_port(value: str) -> tuple[str, int] | None:

@@ -476,9 +476,9 @@ def test_editable_rebuild_without_nvcc_leaves_record_stamp_and_libraries_as_they
     (build_dir / "editable.json").write_text('{"files": {}, "graph": true}\n')
     before = {p: p.read_bytes() for p in (library, package / "_kernelpack.json")}
     stamp = (build_dir / "editable.json").read_bytes()
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    # The install recorded its toolkit; this process has none there (nor on PATH).
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    outcome = editable.rebuild(project.root, {})
+    outcome = editable.rebuild(project.root, {"env": {"CUDA_HOME": str(tmp_path / "gone")}})
     assert outcome["ok"] and outcome["compiled"] == {}
     assert outcome["kept"].startswith("nvcc-missing")
     assert {p: p.read_bytes() for p in before} == before

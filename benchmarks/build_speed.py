@@ -11,7 +11,7 @@ ccache (both tools put ccache in front of nvcc when it is on PATH), in four scen
 
 BuildExtension runs as its users run it: `python setup.py build_ext --inplace` with one
 `CUDAExtension` per kernel (same flags: -O3, C++20, sm_90a only, the same include folders
-and `KERNELPACK_NS` defines) and `MAX_JOBS` = the job count kernelpack uses. kernelpack runs
+and `KERNELPACK_NAMESPACE` defines) and `MAX_JOBS` = the job count kernelpack uses. kernelpack runs
 as `kernelpack build --inplace` (end to end, toolchain detection included).
 
 Usage: `python benchmarks/build_speed.py [--json benchmarks/results/build_speed.json]`
@@ -60,7 +60,7 @@ setup(
             f"kpbench.{{k}}._C",
             [f"kpbench/{{k}}/csrc/{{k}}.cu"],
             include_dirs=INCLUDE_DIRS,
-            define_macros=[("KERNELPACK_NS", f"kpbench_{{k}}")],
+            define_macros=[("KERNELPACK_NAMESPACE", f"kpbench_{{k}}")],
             extra_compile_args={{"cxx": COMMON, "nvcc": NVCC}},
         )
         for k in KERNELS

@@ -60,7 +60,7 @@ JIT = """\
 import sys
 from torch.utils.cpp_extension import load
 pkg = sys.argv[1]
-defines = ["-DKERNELPACK_NS=llm_ops_rmsnorm", "-DTORCH_TARGET_VERSION=0x020a000000000000",
+defines = ["-DKERNELPACK_NAMESPACE=llm_ops_rmsnorm", "-DTORCH_TARGET_VERSION=0x020a000000000000",
            "-DUSE_CUDA", "-DTORCH_EXTENSION_NAME=_C"]
 load(
     name="llm_ops_rmsnorm_jit",

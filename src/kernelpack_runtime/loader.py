@@ -286,5 +286,5 @@ def _unregistered(namespace: str, new: list[str]) -> str | None:
     return (
         f"its library registered its ops in {where} ({_shown(new)}), not in torch.ops."
         f"{namespace}, the namespace the build record names; register them with "
-        "KP_LIBRARY / KP_STABLE_LIBRARY (namespace KERNELPACK_NS) or set ops in kernels.toml"
+        "KP_LIBRARY / KP_STABLE_LIBRARY (namespace KERNELPACK_NAMESPACE) or set ops in kernels.toml"
     )

@@ -75,7 +75,7 @@ def make_spec(
     fields: dict[str, Any] = {
         "name": name,
         "folder": folder,
-        "ops": f"demo_{name}",
+        "namespace": f"demo_{name}",
         "sources": (folder / "csrc" / f"{name}.cu",),
         "arch": table,
     }

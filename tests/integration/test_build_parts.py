@@ -82,6 +82,12 @@ def test_limited_api_hex_for_python_310() -> None:
         ("KP_STABLE_LIBRARY(m)", "STABLE_FRAGMENT_init_mypkg_myk_"),
         ("KP_STABLE_LIBRARY_IMPL(CUDA, m)", "STABLE_IMPL_init_mypkg_myk_CUDA_"),
         ("KP_NAMESPACE_STR", '"mypkg_myk"'),
+        # the earlier name of the define, still there for kernels that use it
+        (
+            "KP_CALL2_(TORCH_LIBRARY_FRAGMENT, KERNELPACK_NS, m)",
+            "TORCH_LIBRARY_FRAGMENT_init_mypkg_myk_",
+        ),
+        ("KP_STRINGIFY(KERNELPACK_NS)", '"mypkg_myk"'),
     ],
 )
 def test_ops_h_expands_the_namespace_inside_token_pasting(
@@ -97,7 +103,7 @@ def test_ops_h_expands_the_namespace_inside_token_pasting(
         f"#include <kernelpack/ops.h>\n{macro}\n"
     )
     out = subprocess.run(
-        ["c++", "-E", "-P", "-DKERNELPACK_NS=mypkg_myk", f"-I{INCLUDE_DIR}", str(source)],
+        ["c++", "-E", "-P", "-DKERNELPACK_NAMESPACE=mypkg_myk", f"-I{INCLUDE_DIR}", str(source)],
         capture_output=True,
         text=True,
         check=True,
@@ -112,7 +118,7 @@ def test_ops_h_without_namespace_is_a_clear_error(tmp_path: Path) -> None:
         ["c++", "-E", f"-I{INCLUDE_DIR}", str(source)], capture_output=True, text=True
     )
     assert proc.returncode != 0
-    assert "KERNELPACK_NS is not defined" in proc.stderr
+    assert "KERNELPACK_NAMESPACE is not defined" in proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -78,10 +78,10 @@ def test_relu_is_one_library_holding_the_cuda_kernel_and_the_binding() -> None:
 def test_library_module_namespace_and_ops_py_agree() -> None:
     manifest = locate(EXAMPLES / "relu").load_manifest()
     library = manifest.kernel(buildtoml.KERNEL)
-    assert library.module == library.ops == buildtoml.namespace("relu", 1)
-    assert library.ops.startswith("_relu_")
+    assert library.module == library.namespace == buildtoml.namespace("relu", 1)
+    assert library.namespace.startswith("_relu_")
     cpu = manifest.kernel(buildtoml.CPU_KERNEL)
-    assert cpu.module == cpu.ops == f"{library.ops}_cpu"
+    assert cpu.module == cpu.namespace == f"{library.namespace}_cpu"
     ops_py = manifest.generated["_ops.py"]
     # the build's libraries, CUDA first: the first usable one gives `ops` its namespace
     assert f"load_first(__package__, {(buildtoml.KERNEL, buildtoml.CPU_KERNEL)!r})" in ops_py
@@ -279,7 +279,9 @@ def test_an_unchanged_copy_still_reads_the_same(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "relu", copy)
     original = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
     copied = locate(copy).load_manifest().kernel(buildtoml.KERNEL)
-    assert copied.ops == original.ops  # the namespace does not depend on where the tree is
+    assert (
+        copied.namespace == original.namespace
+    )  # the namespace does not depend on where the tree is
 
 
 def test_require_does_not_fail_on_kernels_of_other_backends() -> None:

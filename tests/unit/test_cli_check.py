@@ -92,7 +92,7 @@ def test_json_reports_package_manifest_and_kernels(project: Path) -> None:
     rmsnorm = report["kernels"]["rmsnorm"]
     assert rmsnorm["abi"] == "stable"
     assert rmsnorm["arch"] == {"*": ["9.0a"]}
-    assert rmsnorm["ops"] == "llm_ops_rmsnorm"
+    assert rmsnorm["namespace"] == "llm_ops_rmsnorm"
     assert rmsnorm["sources"] == ["csrc/binding.cpp", "csrc/rmsnorm.cu"]
     assert report["kernels"]["flash_moe"]["arch"] == {
         "x86_64": ["10.0a"],
@@ -170,7 +170,7 @@ def test_json_keeps_every_kernel_field_it_always_had(project: Path) -> None:
     result = run("--json", cwd=project)
     kernel = json.loads(result.stdout)["kernels"]["rmsnorm"]
     assert {
-        "ops", "abi", "stable_target", "arch", "ptx", "sources", "include_dirs", "cxx_std",
+        "namespace", "abi", "stable_target", "arch", "ptx", "sources", "include_dirs", "cxx_std",
         "min_cuda", "platforms", "depends", "defines", "libraries", "nvcc_flags", "cxx_flags",
         "description",
     } <= set(kernel)  # fmt: skip

@@ -23,7 +23,7 @@ ODD = "we ird$dir:x 'q\"`b`"
 
 def _flags(include: Path) -> KernelFlags:
     return KernelFlags(
-        defines=("-DKERNELPACK_NS=pkg_k", "-DBLOCK=(1 << 7)", "-DX=a;b|c&d"),
+        defines=("-DKERNELPACK_NAMESPACE=pkg_k", "-DBLOCK=(1 << 7)", "-DX=a;b|c&d"),
         include_dirs=(str(include),),
         nvcc=("-O3", "-Xcompiler", "-fPIC"),
         cxx=("-O3",),

@@ -92,7 +92,7 @@ def test_manifest_names_package_from_its_folder(package: Path) -> None:
 
 def test_defaults_follow_docs(package: Path) -> None:
     spec = only(load_text(package, GOOD))
-    assert spec.ops == "llm_ops_rmsnorm"
+    assert spec.namespace == "llm_ops_rmsnorm"
     assert spec.abi == "torch"
     assert spec.stable_target == Version("2.10")
     assert spec.ptx is False
@@ -129,7 +129,7 @@ def test_every_documented_key_is_read(package: Path) -> None:
         )
     )
     assert spec.description == "RMSNorm with fused residual add"
-    assert spec.ops == "my_ns"
+    assert spec.namespace == "my_ns"
     assert spec.cxx_std == 20
     assert spec.abi == "stable"
     assert spec.stable_target == Version("2.11")

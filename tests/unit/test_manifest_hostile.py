@@ -297,7 +297,7 @@ def _spec(tmp_path: Path, **values: object) -> KernelSpec:
     arguments: dict[str, object] = {
         "name": "k",
         "folder": folder,
-        "ops": "pkg_k",
+        "namespace": "pkg_k",
         "sources": (folder / "csrc" / "k.cu",),
         "arch": {ANY_PLATFORM: (Arch.parse("9.0a"),)},
     }
@@ -312,7 +312,7 @@ def _spec(tmp_path: Path, **values: object) -> KernelSpec:
         ({"nvcc_flags": ("-Xcompiler", "-DY=`id`")}, "[k].nvcc-flags: "),
         ({"cxx_flags": ("-O3\n",)}, "holds a control character"),
         ({"include_dirs": (Path("/elsewhere/a b"),)}, "[k].include-dirs: "),
-        ({"ops": "a;b"}, "[k].ops: "),
+        ({"namespace": "a;b"}, "[k].ops: "),
         ({"libraries": ("m; id",)}, "[k].libraries: "),
     ],
 )

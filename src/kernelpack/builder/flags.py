@@ -88,7 +88,7 @@ def kernel_flags(
     spec = kernel.spec
     stable = spec.abi == "stable"
     cpu = spec.backend == "cpu"
-    defines = [f"-DKERNELPACK_NS={spec.ops}", f"-DTORCH_EXTENSION_NAME={spec.module}"]
+    defines = [f"-DKERNELPACK_NAMESPACE={spec.namespace}", f"-DTORCH_EXTENSION_NAME={spec.module}"]
     if stable:
         defines += [f"-DTORCH_TARGET_VERSION={stable_target_hex(spec.stable_target)}"]
         defines += [] if cpu else ["-DUSE_CUDA"]

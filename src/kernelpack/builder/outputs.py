@@ -155,7 +155,7 @@ def build_record(
 def _kernel_record(kernel: KernelPlan, package_dir: Path, staged: Path | None) -> KernelRecord:
     spec = kernel.spec
     if kernel.skip is not None:
-        return SkippedKernel(reason=kernel.skip, namespace=spec.ops)
+        return SkippedKernel(reason=kernel.skip, namespace=spec.namespace)
     library_sha256 = file_sha256(staged) if staged is not None and staged.is_file() else None
     stable = spec.abi == "stable"
     return BuiltKernel(
@@ -167,7 +167,7 @@ def _kernel_record(kernel: KernelPlan, package_dir: Path, staged: Path | None) -
         ptx=spec.ptx,
         library=library_path(kernel, package_dir),
         sources_sha256=sources_sha256(spec, package_dir),
-        namespace=spec.ops,
+        namespace=spec.namespace,
         backend=spec.backend,
         library_sha256=library_sha256,
     )

@@ -609,7 +609,7 @@ class _Reader:
         return KernelSpec(
             name=name,
             folder=self.project.package_dir,
-            ops=ns,
+            namespace=ns,
             sources=(),
             arch={ANY_PLATFORM: ()},
             abi="stable" if stable is not None else "torch",
@@ -661,7 +661,7 @@ class _Reader:
         return KernelSpec(
             name=KERNEL,
             folder=self.project.package_dir,
-            ops=ns,
+            namespace=ns,
             sources=() if missing else tuple(sources),
             arch=arch,
             abi="stable" if stable is not None else "torch",
@@ -710,7 +710,7 @@ class _Reader:
         return KernelSpec(
             name=CPU_KERNEL,
             folder=self.project.package_dir,
-            ops=module,
+            namespace=module,
             sources=() if missing else tuple(sources),
             arch={ANY_PLATFORM: ()},
             abi="stable" if stable is not None else "torch",

@@ -103,16 +103,18 @@ class KernelSpec:
     name: str
     folder: Path
     """Absolute path of the kernel folder, `<package_dir>/<name>`."""
-    ops: str = field(
+    namespace: str = field(
         metadata=key_metadata(
             "ops",
             "identifier",
             "`<package>_<kernel>`",
-            "the `torch.ops` namespace; passed to the compiler as `KERNELPACK_NS`",
+            "the op namespace (`torch.ops.<namespace>`); the record's `namespace`, passed to "
+            "the compiler as `KERNELPACK_NAMESPACE`",
             {"type": "string", "pattern": _IDENTIFIER},
         )
     )
-    """torch.ops namespace; default `<package>_<name>`."""
+    """The op namespace (`torch.ops.<namespace>`), from the key `ops`; default
+    `<package>_<name>`."""
     sources: tuple[Path, ...] = field(
         metadata=key_metadata(
             "sources",
@@ -353,7 +355,7 @@ def _shell_problem(spec: KernelSpec) -> tuple[str, str] | None:
         *(("sources", os.path.relpath(p, spec.folder), "path") for p in spec.sources),
         *(("include-dirs", os.path.relpath(p, spec.folder), "path") for p in spec.include_dirs),
     ]
-    names = [(None, spec.name), ("ops", spec.ops), *(("defines", n) for n in spec.defines)]
+    names = [(None, spec.name), ("ops", spec.namespace), *(("defines", n) for n in spec.defines)]
     for key, name in names:
         if not _C_IDENTIFIER_RE.fullmatch(name):
             return (key or "", f"{quote(name)} is not an identifier")
@@ -571,7 +573,7 @@ def _first_bad(name: str) -> str:
 # --- one parser per key -------------------------------------------------------------------
 
 
-def _ops(reader: _Reader) -> str:
+def _namespace(reader: _Reader) -> str:
     table = reader.table
     ops = table.string("ops", expected="a torch.ops namespace such as llm_ops_rmsnorm")
     if ops is None:
@@ -834,7 +836,7 @@ def _define(table: Table, macro: str, item: object) -> str:
 
 
 _PARSERS: Mapping[str, Callable[[_Reader], object]] = {
-    "ops": _ops,
+    "namespace": _namespace,
     "sources": _sources,
     "arch": _arch,
     "abi": _abi,

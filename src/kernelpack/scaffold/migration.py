@@ -186,7 +186,7 @@ def _kernels_toml(spec: KernelSpec, root: Path) -> str:
         "",
         f"[{toml.key(spec.name)}]",
         f"description = {toml.string(spec.description)}",
-        f"ops = {toml.string(spec.ops)}",
+        f"ops = {toml.string(spec.namespace)}",
         f"sources = {toml.array(moved(p) for p in spec.sources)}",
         f"include-dirs = {toml.array(['csrc/include', *(moved(p) for p in spec.include_dirs)])}",
         f"arch = {arch}",
@@ -234,7 +234,7 @@ def _registration_h() -> str:
     return """\
 // kernel-builder's registration macros for a kernelpack build (written by kernelpack migrate).
 // kernelpack names the module _C (TORCH_EXTENSION_NAME) and gives the ops their namespace in
-// KERNELPACK_NS: the *_EXPAND macros register there, whatever NAME they are given.
+// KERNELPACK_NAMESPACE: the *_EXPAND macros register there, whatever NAME they are given.
 #pragma once
 
 #include <Python.h>
@@ -248,18 +248,19 @@ def _registration_h() -> str:
 #define KP_MIGRATED_CALL2(macro, a, b) macro(a, b)
 #define KP_MIGRATED_CALL3(macro, a, b, c) macro(a, b, c)
 
-#define TORCH_LIBRARY_EXPAND(NAME, MODULE) KP_MIGRATED_CALL2(TORCH_LIBRARY, KERNELPACK_NS, MODULE)
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) \\
+  KP_MIGRATED_CALL2(TORCH_LIBRARY, KERNELPACK_NAMESPACE, MODULE)
 #define TORCH_LIBRARY_FRAGMENT_EXPAND(NAME, MODULE) \\
-  KP_MIGRATED_CALL2(TORCH_LIBRARY_FRAGMENT, KERNELPACK_NS, MODULE)
+  KP_MIGRATED_CALL2(TORCH_LIBRARY_FRAGMENT, KERNELPACK_NAMESPACE, MODULE)
 #define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) \\
-  KP_MIGRATED_CALL3(TORCH_LIBRARY_IMPL, KERNELPACK_NS, DEVICE, MODULE)
+  KP_MIGRATED_CALL3(TORCH_LIBRARY_IMPL, KERNELPACK_NAMESPACE, DEVICE, MODULE)
 
 #define STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE) \\
-  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY, KERNELPACK_NS, MODULE)
+  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY, KERNELPACK_NAMESPACE, MODULE)
 #define STABLE_TORCH_LIBRARY_FRAGMENT_EXPAND(NAME, MODULE) \\
-  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY_FRAGMENT, KERNELPACK_NS, MODULE)
+  KP_MIGRATED_CALL2(STABLE_TORCH_LIBRARY_FRAGMENT, KERNELPACK_NAMESPACE, MODULE)
 #define STABLE_TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) \\
-  KP_MIGRATED_CALL3(STABLE_TORCH_LIBRARY_IMPL, KERNELPACK_NS, DEVICE, MODULE)
+  KP_MIGRATED_CALL3(STABLE_TORCH_LIBRARY_IMPL, KERNELPACK_NAMESPACE, DEVICE, MODULE)
 
 #define REGISTER_EXTENSION(NAME)                                                  \\
   PyMODINIT_FUNC CONCAT(PyInit_, NAME)() {                                        \\

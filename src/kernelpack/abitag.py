@@ -12,10 +12,14 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["AbiTag"]
+__all__ = ["AbiTag", "InvalidAbiTag"]
 
 # The label's structure is kernelpack's own; the versions inside are parsed by packaging.
 _LABEL = re.compile(r"(?P<cuda>cu\d{2,4}|cpu)(?P<kind>torch|stable)(?P<torch>\d[\w.]*)")
+
+
+class InvalidAbiTag(ValueError):
+    """A label that is not a kernelpack ABI tag; the message quotes it."""
 
 
 @dataclass(frozen=True)
@@ -30,14 +34,14 @@ class AbiTag:
 
     @classmethod
     def parse(cls, label: str) -> AbiTag:
-        """Parse a local version label; `ValueError` quoting `label` when it is none of ours."""
+        """Parse a local version label; `InvalidAbiTag` quoting `label` when it is none of ours."""
         match = _LABEL.fullmatch(label)
         if match is None:
-            raise ValueError(f"{label!r} is not a kernelpack ABI tag (e.g. cu130torch2.14.1)")
+            raise InvalidAbiTag(f"{label!r} is not a kernelpack ABI tag (e.g. cu130torch2.14.1)")
         try:
             torch = Version(match["torch"])
         except InvalidVersion:
-            raise ValueError(f"{label!r}: {match['torch']!r} is not a torch version") from None
+            raise InvalidAbiTag(f"{label!r}: {match['torch']!r} is not a torch version") from None
         return cls(cuda=match["cuda"], kind=match["kind"], torch=torch)
 
     @classmethod
@@ -47,7 +51,7 @@ class AbiTag:
             return None
         try:
             return cls.parse(version.local)
-        except ValueError:
+        except InvalidAbiTag:
             return None
 
     @property

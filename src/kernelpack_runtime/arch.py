@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-__all__ = ["KNOWN_ARCHS", "Arch"]
+__all__ = ["KNOWN_ARCHS", "Arch", "InvalidArch"]
 
 _ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
 # nvcc spellings people paste into manifests: "sm_90a", "sm90", "compute_100f", "90".
@@ -30,6 +30,10 @@ _SUFFIXED_FROM = (9, 0)  # "a" exists from sm_90a on
 _FAMILY_FROM = (10, 0)  # "f" exists from sm_100f on
 
 
+class InvalidArch(ValueError):
+    """A text that is not a CUDA arch `Arch.parse` knows; the message quotes it."""
+
+
 @dataclass(frozen=True, order=True)
 class Arch:
     """One GPU architecture target."""
@@ -40,13 +44,13 @@ class Arch:
 
     @classmethod
     def parse(cls, text: str) -> Arch:
-        """Parse "9.0a"; raise `ValueError` naming the bad input and the known archs."""
+        """Parse "9.0a"; raise `InvalidArch` naming the bad input and the known archs."""
         match = _ARCH_RE.match(text.strip()) if isinstance(text, str) else None
         if match is None:
-            raise ValueError(_not_an_arch(text) + _nvcc_name_hint(text))
+            raise InvalidArch(_not_an_arch(text) + _nvcc_name_hint(text))
         arch = cls(int(match.group(1)), int(match.group(2)), match.group(3))
         if arch not in _all_known():
-            raise ValueError(_not_an_arch(text))
+            raise InvalidArch(_not_an_arch(text))
         return arch
 
     def __str__(self) -> str:

@@ -115,33 +115,16 @@ def _no_device(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
 
 
 def _built_for(kernel: BuiltKernel) -> str:
-    targets = ", ".join(_sm(arch) for arch in kernel.archs) or "no arch"
+    targets = ", ".join(arch.sm for arch in kernel.archs) or "no arch"
     if kernel.ptx and kernel.archs:
-        from kernelpack_runtime.arch import Arch
-
-        targets += f" + PTX {max(Arch.parse(a) for a in kernel.archs).compute}"
+        targets += f" + PTX {max(kernel.archs).compute}"
     return targets
 
 
-def _sm(text: str) -> str:
-    from kernelpack_runtime.arch import Arch
-
-    try:
-        return Arch.parse(text).sm
-    except ValueError:
-        return text
-
-
 def _arch_mismatch(name: str, kernel: BuiltKernel, ctx: Context) -> Reason | None:
-    # Arch is imported here, where a device was found: a GPU-less machine never needs it.
-    from kernelpack_runtime.arch import Arch
-
-    archs = []
-    for text in kernel.archs:
-        try:
-            archs.append(Arch.parse(text))
-        except ValueError:
-            continue
+    # The record's archs are parsed (a bad one makes the record invalid); the PTX, when
+    # built, is that of the highest arch.
+    archs = kernel.archs
     highest = max(archs, default=None)
     for device in ctx.device.devices:
         if not any(a.runs_on(device.capability, ptx=kernel.ptx and a == highest) for a in archs):

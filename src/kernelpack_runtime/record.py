@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from kernelpack_runtime.arch import Arch, InvalidArch
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
@@ -211,7 +212,8 @@ class BuiltKernel:
     """A kernel the build compiled: what it needs at run time."""
 
     abi: Abi
-    archs: tuple[str, ...]
+    archs: tuple[Arch, ...]
+    """The archs its library holds code for (parsed when the record is read)."""
     library: str
     """Path of the `.so` relative to the package folder, e.g. `rmsnorm/_C.abi3.so`."""
     namespace: str | None
@@ -234,7 +236,7 @@ class BuiltKernel:
             "status": self.status,
             "abi": self.abi,
             "stable_target": self.stable_target,
-            "archs": list(self.archs),
+            "archs": [str(arch) for arch in self.archs],
             "ptx": self.ptx,
             "library": self.library,
             "sources_sha256": self.sources_sha256,
@@ -258,7 +260,7 @@ class BuiltKernel:
             raise InvalidRecord(f"{table._path('namespace')}: {namespace!r} is not an identifier")
         return cls(
             abi="stable" if abi == "stable" else "torch",
-            archs=table.strings("archs"),
+            archs=_archs(table),
             library=_library(table),
             namespace=namespace,
             stable_target=table.optional_string("stable_target"),
@@ -267,6 +269,16 @@ class BuiltKernel:
             backend="cpu" if backend == "cpu" else "cuda",
             library_sha256=library_digest,
         )
+
+
+def _archs(table: _Object) -> tuple[Arch, ...]:
+    archs = []
+    for index, text in enumerate(table.strings("archs")):
+        try:
+            archs.append(Arch.parse(text))
+        except InvalidArch as exc:
+            raise InvalidRecord(f"{table._path('archs')}[{index}]: {exc}") from None
+    return tuple(archs)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,8 @@ class PackageStatus:
         for name, entry in record.kernels.items():
             reason = registry.unavailable_reason(name)
             if isinstance(entry, BuiltKernel):
-                kernels.append(KernelStatus(name, reason, entry.archs, entry.abi))
+                archs = tuple(str(arch) for arch in entry.archs)
+                kernels.append(KernelStatus(name, reason, archs, entry.abi))
             else:
                 kernels.append(KernelStatus(name, reason, (), None))
         return cls(package=registry.package, version=record.version, kernels=tuple(kernels))

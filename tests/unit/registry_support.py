@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack_runtime import TorchFacts
+from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import (
     FILENAME,
@@ -62,7 +63,7 @@ def built(
     return BuiltKernel(
         abi="stable" if abi == "stable" else "torch",
         stable_target=stable_target if abi != "stable" else (stable_target or "2.10"),
-        archs=archs,
+        archs=tuple(Arch.parse(arch) for arch in archs),
         ptx=ptx,
         library=library or f"{name}/_C.py",
         sources_sha256="00" * 32,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
+from kernelpack_runtime.arch import KNOWN_ARCHS, Arch, InvalidArch
 
 
 @pytest.mark.parametrize(
@@ -96,3 +96,9 @@ def test_family_runs_on_same_major_equal_or_later_minor() -> None:
     arch = Arch(10, 0, "f")
     assert arch.runs_on((10, 3))
     assert not arch.runs_on((12, 0))
+
+
+def test_a_bad_arch_raises_invalid_arch_a_value_error() -> None:
+    with pytest.raises(InvalidArch, match=r'"9\.5" is not a CUDA arch'):
+        Arch.parse("9.5")
+    assert issubclass(InvalidArch, ValueError)

@@ -13,6 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import kernelpack_runtime
+from kernelpack.abitag import AbiTag
 from kernelpack.backend.metadata import (
     check_requires_python,
     core_metadata,
@@ -94,7 +95,8 @@ def _read_back(text: str) -> Metadata:
 def test_rich_project_round_trips_into_metadata_read_back_by_packaging(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", files=RICH_FILES)
     version = "1.2.3+cu130stable2.10"
-    meta = _read_back(core_metadata(project, version, requirements(project, version)).text())
+    wanted = requirements(project, AbiTag.parse("cu130stable2.10"))
+    meta = _read_back(core_metadata(project, version, wanted).text())
     assert meta.name == "My.Ops"
     assert meta.version == Version(version)
     assert meta.summary == "CUDA kernels"
@@ -245,11 +247,11 @@ def test_cli_build_refuses_an_excluded_python_before_anything_compiles(
 
 
 def test_classic_tag_pins_the_exact_torch_release() -> None:
-    assert str(torch_requirement("0.3.0+cu130torch2.14.1")) == "torch==2.14.1"
+    assert str(torch_requirement(AbiTag.parse("cu130torch2.14.1"))) == "torch==2.14.1"
 
 
 def test_exact_torch_pin_accepts_the_cuda_build_and_the_plain_release() -> None:
-    pin = torch_requirement("0.3.0+cu130torch2.14.1").specifier
+    pin = torch_requirement(AbiTag.parse("cu130torch2.14.1")).specifier
     assert pin.contains("2.14.1+cu130")
     assert pin.contains("2.14.1")
     assert not pin.contains("2.13.0")
@@ -257,7 +259,7 @@ def test_exact_torch_pin_accepts_the_cuda_build_and_the_plain_release() -> None:
 
 
 def test_stable_tag_needs_torch_from_its_target_up() -> None:
-    assert str(torch_requirement("0.3.0+cu130stable2.10")) == "torch>=2.10"
+    assert str(torch_requirement(AbiTag.parse("cu130stable2.10"))) == "torch>=2.10"
 
 
 def test_wheel_requires_the_runtime_torch_and_the_project_dependencies(tmp_path: Path) -> None:
@@ -267,7 +269,7 @@ def test_wheel_requires_the_runtime_torch_and_the_project_dependencies(tmp_path:
         '"numpy", "torch<3; python_version < \'3.12\'"]\n[tool.kernelpack]\n'
     )
     project = make_project(tmp_path / "p", pyproject)
-    found = [str(r) for r in requirements(project, "1+cu130torch2.14.1")]
+    found = [str(r) for r in requirements(project, AbiTag.parse("cu130torch2.14.1"))]
     assert found == [
         "kernelpack-runtime<0.2,>=0.1,>=0.1.1",
         "torch==2.14.1,>=2.12",
@@ -280,7 +282,7 @@ def test_torch_dependency_that_excludes_the_build_torch_is_an_error(tmp_path: Pa
     pyproject = '[project]\nname = "my-ops"\nversion = "1"\ndependencies = ["torch<2.12"]\n'
     project = make_project(tmp_path / "p", pyproject + "[tool.kernelpack]\n")
     with pytest.raises(UsageError, match=r"dependencies: torch<2.12 excludes torch 2.14.1"):
-        requirements(project, "1+cu130torch2.14.1")
+        requirements(project, AbiTag.parse("cu130torch2.14.1"))
 
 
 def test_runtime_requirement_accepts_the_runtime_of_this_release() -> None:

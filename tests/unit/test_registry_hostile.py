@@ -85,6 +85,17 @@ def test_a_wrongly_typed_entry_makes_every_named_kernel_record_invalid(root: Pat
     assert f"{package}.a" not in sys.modules
 
 
+def test_a_record_arch_that_does_not_parse_is_record_invalid_not_skipped(root: Path) -> None:
+    package = unique_name()
+    make_package(root, package, {"a": built("a", package, archs=("9.0a",))})
+    data = json.loads((root / package / "_kernelpack.json").read_text())
+    data["kernels"]["a"]["archs"] = ["9.0a", "sm_90"]
+    _write_record(root, package, data)
+    reason = reason_of(package, "a")
+    assert reason.code == "record-invalid"
+    assert "kernels.a.archs[1]: " in reason.message
+
+
 def test_a_record_naming_no_kernel_gives_record_invalid_for_any_name(root: Path) -> None:
     package = unique_name()
     make_package(root, package, {})

@@ -16,6 +16,7 @@ import pytest
 from kernelpack.cli import main
 from kernelpack.release.contract import Change, Contract, KernelContract, collect, compare
 from kernelpack_runtime import registry
+from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
 from kernelpack_runtime.record import BuildRecord, BuiltKernel, SkippedKernel, ToolchainRecord
 
@@ -72,7 +73,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         kernels={
             "scale": BuiltKernel(
                 abi="stable",
-                archs=("9.0a",),
+                archs=(Arch.parse("9.0a"),),
                 library="scale/_C.abi3.so",
                 namespace=f"{name}_scale",
             ),

@@ -18,7 +18,7 @@ import pytest
 import tomllib
 from packaging.version import Version
 
-from kernelpack.abitag import AbiTag
+from kernelpack.abitag import AbiTag, InvalidAbiTag
 from kernelpack.cli import main
 from kernelpack.errors import UsageError
 from kernelpack.release.pins import IMPORT_FAILS, Wheel, pins
@@ -101,7 +101,7 @@ def test_bad_input_exits_2_with_one_line(
 def test_abi_tag_parses_torch_and_stable_labels() -> None:
     assert AbiTag.parse("cu130torch2.11.0") == AbiTag("cu130", "torch", Version("2.11.0"))
     assert AbiTag.parse("cu128stable2.10").cuda_major == 12
-    with pytest.raises(ValueError, match="'cu130'"):
+    with pytest.raises(InvalidAbiTag, match="'cu130'"):
         AbiTag.parse("cu130")
 
 

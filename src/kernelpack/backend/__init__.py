@@ -145,7 +145,7 @@ def _prepare_metadata(metadata_directory: str, config_settings: ConfigSettings) 
     # The platform part is provisional: it is decided from the libraries once they are built
     # (front ends read METADATA, never this WHEEL file).
     tag = wheel_tag(plan, provisional_platform())
-    return write_dist_info(project, plan.version, Path(metadata_directory), tag)
+    return write_dist_info(project, plan, Path(metadata_directory), tag)
 
 
 def prepare_metadata_for_build_wheel(

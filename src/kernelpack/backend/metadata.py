@@ -169,11 +169,10 @@ def core_metadata(
     return CoreMetadata(standard=standard, license_files=tuple(files))
 
 
-def torch_requirement(version: str) -> Requirement:
-    """torch as a wheel of `version` needs it: `torch==2.14.1` for a classic-ABI tag
-    (`+cu130torch2.14.1`), `torch>=2.10` for a stable one (`+cu130stable2.10`), any torch
-    for a version with no torch in its tag."""
-    tag = AbiTag.of_version(Version(version))
+def torch_requirement(tag: AbiTag | None) -> Requirement:
+    """torch as a wheel with ABI tag `tag` (the plan's) needs it: `torch==2.14.1` for a
+    classic-ABI tag (`cu130torch2.14.1`), `torch>=2.10` for a stable one (`cu130stable2.10`),
+    any torch for a wheel whose version names no torch (None)."""
     if tag is None:
         return Requirement("torch")
     if tag.kind == "stable":
@@ -183,14 +182,14 @@ def torch_requirement(version: str) -> Requirement:
     return Requirement(f"torch=={tag.torch.public}")
 
 
-def requirements(project: Project, version: str) -> list[Requirement]:
-    """Requires-Dist of a wheel with `version`: kernelpack-runtime, torch, then
+def requirements(project: Project, abi: AbiTag | None) -> list[Requirement]:
+    """Requires-Dist of a wheel with ABI tag `abi`: kernelpack-runtime, torch, then
     `[project].dependencies` (see the module docstring for how duplicates are merged).
 
     A torch dependency that excludes the torch a classic-ABI wheel is built for is a
     `UsageError`: no environment could install that wheel.
     """
-    ours = {_RUNTIME: Requirement(RUNTIME_REQUIREMENT), _TORCH: torch_requirement(version)}
+    ours = {_RUNTIME: Requirement(RUNTIME_REQUIREMENT), _TORCH: torch_requirement(abi)}
     rest: list[Requirement] = []
     for text in project.metadata.get("dependencies", []) or []:
         try:

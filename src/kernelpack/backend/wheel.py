@@ -44,6 +44,7 @@ from kernelpack.backend.sdist import source_date_epoch
 from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_tag
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import BuildError
+from kernelpack.plan import BuildPlan
 from kernelpack.project.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project.locate import Project
 from kernelpack.syntax import pth
@@ -85,10 +86,11 @@ def wheel_name(project: Project, version: str, tag: Tag) -> str:
     return f"{_dist(project)}-{Version(version)}-{tag}.whl"
 
 
-def wheel_metadata(project: Project, version: str) -> CoreMetadata:
-    """The METADATA of a wheel of `project` with `version`: `[project]` plus the run-time
-    requirements (`kernelpack.backend.metadata.requirements`)."""
-    return core_metadata(project, version, requirements(project, version))
+def wheel_metadata(project: Project, plan: BuildPlan) -> CoreMetadata:
+    """The METADATA of a wheel of `project` built by `plan`: `[project]` with the plan's
+    version, plus the run-time requirements of its ABI tag
+    (`kernelpack.backend.metadata.requirements`)."""
+    return core_metadata(project, plan.version, requirements(project, plan.abi_tag))
 
 
 #: The tag of a wheel holding no compiled library, as `wheel`'s bdist_wheel writes for a
@@ -117,10 +119,11 @@ def _dist_info_files(metadata: CoreMetadata, tag: Tag) -> Iterator[tuple[str, by
         yield f"licenses/{relative}", file
 
 
-def write_dist_info(project: Project, version: str, directory: Path, tag: Tag) -> str:
-    """Write `<dist>.dist-info/` (METADATA, WHEEL, entry points, licenses) under `directory`."""
-    metadata = wheel_metadata(project, version)
-    name = dist_info_name(project, version)
+def write_dist_info(project: Project, plan: BuildPlan, directory: Path, tag: Tag) -> str:
+    """Write `<dist>.dist-info/` (METADATA, WHEEL, entry points, licenses) of a wheel built
+    by `plan` under `directory`."""
+    metadata = wheel_metadata(project, plan)
+    name = dist_info_name(project, plan.version)
     folder = directory / name
     for relative, content in _dist_info_files(metadata, tag):
         path = folder / relative
@@ -217,7 +220,7 @@ def write_wheel(
     """
     version = result.record.version
     source_date_epoch()  # a bad value is one line here, not a traceback from the zip writer
-    metadata = wheel_metadata(project, version)
+    metadata = wheel_metadata(project, result.plan)
     package = project.package
     members: list[tuple[str, bytes | Path]] = []
     if editable_path is not None:

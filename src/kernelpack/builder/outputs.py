@@ -163,7 +163,7 @@ def _kernel_record(kernel: KernelPlan, package_dir: Path, staged: Path | None) -
         stable_target=(
             f"{spec.stable_target.major}.{spec.stable_target.minor}" if stable else None
         ),
-        archs=tuple(str(a) for a in kernel.archs),
+        archs=kernel.archs,
         ptx=spec.ptx,
         library=library_path(kernel, package_dir),
         sources_sha256=sources_sha256(spec, package_dir),

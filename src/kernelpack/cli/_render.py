@@ -112,7 +112,8 @@ def print_summary(result: BuildResult, console: Console, wheel: Path | None = No
     kernels.add_column("abi / archs / reason")
     for name, record in result.record.kernels.items():
         if isinstance(record, BuiltKernel):
-            detail = f"{record.abi}  {' '.join(record.archs)}  {record.library}"
+            archs = " ".join(str(arch) for arch in record.archs)
+            detail = f"{record.abi}  {archs}  {record.library}"
             kernels.add_row(name, "[green]built[/]", detail)
         else:
             reason = f"{record.reason.code}: {record.reason.message}"

@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kernelpack.errors import ManifestError
-from kernelpack_runtime.arch import KNOWN_ARCHS, Arch
+from kernelpack_runtime.arch import KNOWN_ARCHS, Arch, InvalidArch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -436,7 +436,7 @@ class Table:
                 raise self.error(key, f"holds {describe(item)}", expected)
             try:
                 archs.add(Arch.parse(item))
-            except ValueError as exc:
+            except InvalidArch as exc:
                 raise self.error(key, str(exc)) from None
         return tuple(sorted(archs))
 

@@ -45,7 +45,7 @@ from kernelpack.project._toml import (
 )
 from kernelpack.project.manifest import KernelSpec, Manifest
 from kernelpack.project.settings import Settings
-from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.arch import Arch, InvalidArch
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
@@ -567,7 +567,7 @@ class _Reader:
             for capability in capabilities:
                 try:
                     Arch.parse(capability.removesuffix("+PTX"))
-                except ValueError as exc:
+                except InvalidArch as exc:
                     raise kernel.error("cuda-capabilities", str(exc)) from None
         assert kernel.name is not None
         return _Cuda(

@@ -19,7 +19,7 @@ from kernelpack.errors import UsageError
 from kernelpack.project._toml import is_inside
 from kernelpack.scaffold import _templates as t
 from kernelpack.syntax import toml
-from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.arch import Arch, InvalidArch
 
 __all__ = ["ABIS", "Scaffold"]
 
@@ -75,7 +75,7 @@ class Scaffold:
             raise UsageError(f"--abi {abi!r}: expected one of {', '.join(ABIS)}")
         try:
             archs = tuple(sorted({Arch.parse(a.strip()) for a in arch.split(",") if a.strip()}))
-        except ValueError as exc:
+        except InvalidArch as exc:
             raise UsageError(f"--arch: {exc}") from None
         if not archs:
             raise UsageError("--arch: expected at least one arch, e.g. 9.0a")

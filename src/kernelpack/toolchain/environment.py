@@ -39,7 +39,7 @@ from kernelpack.errors import UsageError
 from kernelpack.toolchain.launcher.farm import Farm
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime._switch import parse_switch
-from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.arch import Arch, InvalidArch
 from kernelpack_runtime.device import DeviceFacts, default_probe
 from kernelpack_runtime.record import SelectionRecord
 
@@ -513,9 +513,9 @@ def parse_arch_list(value: str, name: str = "TORCH_CUDA_ARCH_LIST") -> frozenset
         match = _ENTRY_RE.match(entry)
         try:
             if match is None:
-                raise ValueError(f'"{entry}" is not a CUDA arch such as 9.0, 9.0a or 9.0+PTX')
+                raise InvalidArch(f'"{entry}" is not a CUDA arch such as 9.0, 9.0a or 9.0+PTX')
             arch = Arch.parse(match.group(1).lower())
-        except ValueError as exc:
+        except InvalidArch as exc:
             raise UsageError(f"{name}={value}: {exc}") from None
         capabilities.add(arch.capability)
     if not capabilities:

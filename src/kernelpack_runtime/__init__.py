@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernelpack_runtime._version import __version__
 from kernelpack_runtime.device import Device, DeviceFacts, Probe, set_default_probe
 from kernelpack_runtime.errors import KernelUnavailableError, MissingNativeError
 from kernelpack_runtime.reason import Reason
@@ -45,8 +46,6 @@ __all__ = [
     "set_default_probe",
     "stub_missing",
 ]
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from kernelpack_runtime._version import __version__
 from kernelpack_runtime.arch import Arch, InvalidArch
 from kernelpack_runtime.reason import Reason
 
@@ -50,9 +51,13 @@ SCHEMAS_READ = (1, 2)
 #: A record is a few kB; anything much larger is not one (and must not cost a slow parse).
 MAX_BYTES = 4 * 1024 * 1024
 
+#: The first kernelpack-runtime release whose reader reads records of `SCHEMA`: raise it to
+#: the release that brings a new `SCHEMA`.
+_READS_SCHEMA_FROM = "0.1"
+_MAJOR, _MINOR = __version__.split(".")[:2]
 #: The kernelpack-runtime releases that read records of `SCHEMA`: what every kernel wheel
-#: requires. Raise the floor to the first release whose reader reads a new `SCHEMA`.
-RUNTIME_REQUIREMENT = "kernelpack-runtime>=0.1,<0.2"
+#: requires (`kernelpack-runtime>=0.1,<0.2`), up to the next minor release of this one.
+RUNTIME_REQUIREMENT = f"kernelpack-runtime>={_READS_SCHEMA_FROM},<{_MAJOR}.{int(_MINOR) + 1}"
 
 Abi = Literal["torch", "stable"]
 _HEX = "0123456789abcdef"

@@ -235,11 +235,17 @@ class BuildPlan:
         return max(spec.stable_target for spec in self._abi_specs)
 
     @property
+    def cuda_label(self) -> str:
+        """`cu130`: nvcc's CUDA release (torch's when there is no nvcc), `cpu` when neither
+        has one."""
+        cuda = self.toolchain.cuda or self.toolchain.torch_cuda
+        return "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+
+    @property
     def abi_tag(self) -> AbiTag | None:
         """The ABI label (`cu130torch2.14.1`, `cu130stable2.10`); None for a classic plan
         without torch, which binds to no torch version."""
-        cuda = self.toolchain.cuda or self.toolchain.torch_cuda
-        label = "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+        label = self.cuda_label
         target = self.stable_target
         if target is not None:
             return AbiTag(
@@ -256,10 +262,7 @@ class BuildPlan:
         has one); a classic plan without torch is tagged with the CUDA part alone.
         """
         tag = self.abi_tag
-        if tag is not None:
-            return str(tag)
-        cuda = self.toolchain.cuda or self.toolchain.torch_cuda
-        return "cpu" if cuda is None else f"cu{cuda.major}{cuda.minor}"
+        return self.cuda_label if tag is None else str(tag)
 
     @property
     def version(self) -> str:

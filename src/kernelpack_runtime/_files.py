@@ -10,15 +10,29 @@ would have (`0o666` less the umask), not `mkstemp`'s private `0o600`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["TEMP_PREFIX", "atomic_path", "copy_atomic", "write_text_atomic"]
+__all__ = [
+    "TEMP_PREFIX",
+    "TEMP_SUFFIX",
+    "atomic_path",
+    "copy_atomic",
+    "temp_pattern",
+    "write_text_atomic",
+]
 
 #: Temporary siblings start with `.<final name>.`; builds and packagers skip and clean them.
 TEMP_PREFIX = "."
+#: The regular expression of what follows `.<final name>` in a temporary sibling's name:
+#: `.` and 8 random characters. This module writes 8 hex digits (`._C.abi3.so.3f9a0c1e`);
+#: the pattern also takes `tempfile.mkstemp`'s 8 of `[a-z0-9_]`, as temporaries of writers
+#: built on it look, so a build cleans up and never ships either.
+TEMP_SUFFIX = r"\.[a-z0-9_]{8}"
+_RANDOM_BYTES = 4
 
 
 #: What `open()` asks for a new file; the process umask takes away the rest (0644 usually).
@@ -34,7 +48,8 @@ def _create_sibling(destination: Path) -> Path:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        temp = destination.parent / f"{TEMP_PREFIX}{destination.name}.{os.urandom(4).hex()}"
+        random = os.urandom(_RANDOM_BYTES).hex()
+        temp = destination.parent / f"{TEMP_PREFIX}{destination.name}.{random}"
         try:
             os.close(os.open(temp, flags, _NEW_FILE_MODE))
         except FileExistsError:
@@ -57,6 +72,12 @@ def atomic_path(destination: Path, *, mode: int | None = None) -> Iterator[Path]
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def temp_pattern(name: str) -> re.Pattern[str]:
+    """The names of the temporary siblings an atomic write of a file named `name` goes
+    through (`name` may be a regular expression: `temp_pattern(r"_C(\\.[^/]*)?\\.so")`)."""
+    return re.compile(re.escape(TEMP_PREFIX) + name + TEMP_SUFFIX)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

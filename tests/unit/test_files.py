@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
-from kernelpack_runtime._files import atomic_path, copy_atomic, write_text_atomic
+from kernelpack.backend._tree import is_temporary
+from kernelpack.builder.install import LIBRARY_TEMP, temp_of
+from kernelpack_runtime._files import atomic_path, copy_atomic, temp_pattern, write_text_atomic
 
 
 def test_written_file_gets_a_plain_files_mode_not_mkstemps_private_one(tmp_path: Path) -> None:
@@ -36,3 +39,15 @@ def test_copy_keeps_the_source_mode(tmp_path: Path) -> None:
     source.chmod(0o755)
     copy_atomic(source, tmp_path / "out" / "a.so")
     assert stat.S_IMODE((tmp_path / "out" / "a.so").stat().st_mode) == 0o755
+
+
+def test_the_temporary_name_the_writer_makes_is_the_one_every_cleaner_recognises(
+    tmp_path: Path,
+) -> None:
+    for name in ("_C.abi3.so", "_kernelpack.json"):
+        with atomic_path(tmp_path / name) as temp:
+            assert temp_pattern(re.escape(name)).fullmatch(temp.name)
+            assert temp_of(name).fullmatch(temp.name)
+            assert is_temporary(temp.name)
+            if name.startswith("_C"):
+                assert LIBRARY_TEMP.fullmatch(temp.name)

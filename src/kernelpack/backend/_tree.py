@@ -16,12 +16,13 @@ from pathlib import Path
 
 from kernelpack.errors import UsageError
 from kernelpack.project._toml import display_path, is_inside
+from kernelpack_runtime._files import temp_pattern
 
 __all__ = ["is_temporary", "tree_files"]
 
-# `tempfile.mkstemp(prefix=".<name>.")` adds 8 characters of [a-z0-9_]; our staging folders
+# An atomic write's sibling (`kernelpack_runtime._files.temp_pattern`); our staging folders
 # end in `.partial`, other writers' temp files in `.tmp`.
-_TEMPORARY = re.compile(r"^\..+\.([a-z0-9_]{8}|partial|tmp)$|\.tmp$")
+_TEMPORARY = re.compile(rf"^{temp_pattern('.+').pattern}$|^\..+\.partial$|\.tmp$")
 
 
 def is_temporary(name: str) -> bool:

@@ -29,7 +29,7 @@ from kernelpack.builder.outputs import (
     unavailable_stub_path,
 )
 from kernelpack.errors import BuildError
-from kernelpack_runtime._files import copy_atomic
+from kernelpack_runtime._files import copy_atomic, temp_pattern
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 __all__ = [
@@ -43,15 +43,14 @@ __all__ = [
     "temp_of",
 ]
 
-# The names `tempfile.mkstemp(prefix=".<name>.")` gives (kernelpack_runtime._files).
-_RANDOM = r"\.[a-z0-9_]{8}"
-#: A temporary copy of a kernel library: `._C.abi3.so.XXXXXXXX`, `._C.cpython-311-….so.X…`.
-LIBRARY_TEMP = re.compile(r"\._C(\.[^/]*)?\.so" + _RANDOM)
+#: A temporary copy of a kernel library: `._C.abi3.so.3f9a0c1e`, `._C.cpython-311-….so.…`.
+LIBRARY_TEMP = temp_pattern(r"_C(\.[^/]*)?\.so")
 
 
 def temp_of(name: str) -> re.Pattern[str]:
-    """The names of the temporary files an atomic write of `name` goes through."""
-    return re.compile(re.escape(f".{name}") + _RANDOM)
+    """The names of the temporary files an atomic write of the file `name` goes through
+    (`kernelpack_runtime._files` names them)."""
+    return temp_pattern(re.escape(name))
 
 
 def install_inplace(result: BuildResult) -> list[Path]:

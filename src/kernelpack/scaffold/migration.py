@@ -15,7 +15,6 @@ What `kernels.toml` cannot say is reported, not silently dropped: kernels of oth
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,14 +23,14 @@ from pathlib import Path
 from kernelpack.errors import UsageError
 from kernelpack.project import buildtoml
 from kernelpack.project._toml import display_path, is_inside
+from kernelpack.project.filekinds import is_header
 from kernelpack.project.locate import MANIFEST_NAME, Project
 from kernelpack.project.manifest import ANY_PLATFORM, KernelSpec
 from kernelpack.syntax import toml
-from kernelpack_runtime._files import write_text_atomic
+from kernelpack_runtime._files import atomic_path, write_text_atomic
 
 __all__ = ["Migration", "plan"]
 
-_HEADERS = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl", ".inc", ".tcc"})
 # What the migrated package needs at run time besides its own [project] dependencies.
 _RUNTIME_DEPENDENCIES = ("torch", "kernelpack-runtime")
 
@@ -96,10 +95,8 @@ class Migration:
         for path in self.replaces:
             path.unlink(missing_ok=True)
         for destination, source in self.copies.items():
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, destination)
+            with atomic_path(destination) as temp:
+                shutil.copyfile(source, temp)
         for path, text in self.texts.items():
             write_text_atomic(path, text)
         return self.files
@@ -158,7 +155,7 @@ def _files_to_copy(library: KernelSpec) -> Iterable[Path]:
     for source in library.sources:
         seen[source] = None
         for sibling in sorted(source.parent.iterdir()):
-            if sibling.suffix in _HEADERS and sibling.is_file():
+            if is_header(sibling) and sibling.is_file():
                 seen[sibling] = None
     return [p for p in seen if p.name != "registration.h"]
 

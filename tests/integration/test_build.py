@@ -29,6 +29,7 @@ from kernelpack.cli import main
 from kernelpack.errors import BuildError, PlanError
 from kernelpack.plan import plan_project
 from kernelpack.project.locate import Project, locate
+from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
@@ -118,7 +119,7 @@ def test_builds_stable_and_classic_kernel_for_sm_90a(built: tuple[Path, BuildRes
         "scale": "built",
         "addone": "built",
     }
-    assert record.kernels["scale"].archs == ("9.0a",)
+    assert record.kernels["scale"].archs == (Arch.parse("9.0a"),)
     assert _library(root, "scale").name == "_C.abi3.so"
     assert _library(root, "addone").name.startswith("_C.cpython-")
 

@@ -20,6 +20,7 @@ from kernelpack.builder import engine, install, memory
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.cli import main
 from kernelpack.project.locate import locate
+from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
@@ -273,7 +274,7 @@ def test_arch_list_that_keeps_the_arch_builds_as_before(
     assert main(["build", str(tree), "--inplace"]) == 0
     assert "TORCH_CUDA_ARCH_LIST=9.0;10.0: scale 9.0a, addone 9.0a" in capfd.readouterr().err
     record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
-    assert record.kernels["scale"].archs == ("9.0a",)
+    assert record.kernels["scale"].archs == (Arch.parse("9.0a"),)
 
 
 def test_native_arch_without_a_gpu_is_one_line_exit_2(

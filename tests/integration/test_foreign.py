@@ -30,6 +30,7 @@ from kernelpack.builder.outputs import BuildResult
 from kernelpack.cli import main
 from kernelpack.project import buildtoml
 from kernelpack.project.locate import locate
+from kernelpack_runtime.arch import Arch
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +209,7 @@ def test_kernel_builder_project_builds_unchanged_into_one_library(
     record = built.result.record
     library = record.kernels[buildtoml.KERNEL]
     assert library.status == "built"
-    assert library.archs == ("9.0",)
+    assert library.archs == (Arch.parse("9.0"),)
     suffix = ".abi3.so" if name == "relu_stable" else sysconfig.get_config_var("EXT_SUFFIX")
     assert library.library == f"{library.namespace}{suffix}"  # in the package itself
     assert _tree_digest(built.root) == built.before  # sources, torch-ext, tests: untouched
@@ -353,7 +354,11 @@ def test_prime_kernels_builds_from_its_repository_root(prime: Built) -> None:
     record = prime.result.record
     assert set(record.kernels) == {"flash_moe"}
     flash = record.kernels["flash_moe"]
-    assert (flash.status, flash.archs, flash.namespace) == ("built", ("10.0a",), "prime_moe")
+    assert (flash.status, flash.archs, flash.namespace) == (
+        "built",
+        (Arch.parse("10.0a"),),
+        "prime_moe",
+    )
 
 
 def test_prime_kernels_wheel_installs_and_reports_on_cpu(

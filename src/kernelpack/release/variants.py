@@ -83,7 +83,7 @@ def properties(wheel: KernelWheel) -> Properties:
     virtual: set[str] = set()
     for kernel in wheel.record.kernels.values():
         if isinstance(kernel, BuiltKernel):
-            parsed = [Arch.parse(text) for text in kernel.archs]
+            parsed = list(kernel.archs)
             archs.update(parsed)
             if kernel.ptx and parsed:
                 top = max(parsed)

@@ -1,2 +1,18 @@
 """Shared test setup. Its presence puts `tests/` on `sys.path` (pytest's default import mode),
 so tests import the shared fakes as `from fakes import ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes.nvml import build_fake_nvml
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the stand-in libnvidia-ml.so.1 of fakes/nvml.py (skips without gcc)."""
+    folder = build_fake_nvml(tmp_path_factory.mktemp("nvml"))
+    if folder is None:
+        pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
+    return folder

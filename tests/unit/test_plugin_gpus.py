@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes.nvml import build_fake_nvml, nvml_environment
+from fakes.nvml import nvml_environment
 from registry_support import built, make_package, unique_name
 
 from kernelpack_runtime.testing.gpus import GpuLayout, parse_gpus_option, visible_entries
@@ -109,14 +109,6 @@ def test_gpus_option_is_auto_or_a_positive_count() -> None:
 # -- real xdist runs ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = build_fake_nvml(tmp_path_factory.mktemp("nvml"))
-    if folder is None:
-        pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
-    return folder
-
-
 @dataclass
 class Machine:
     """A GPU machine described by compute capabilities, and runs of pytest on it."""
@@ -139,11 +131,13 @@ class Machine:
 
 
 @pytest.fixture
-def machine(pytester: pytest.Pytester, nvml_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
+def machine(
+    pytester: pytest.Pytester, fake_nvml_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Machine:
     pytest.importorskip("xdist")
     for name in ("KERNELPACK_REQUIRE", "CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_AUTO_NUM_WORKERS"):
         monkeypatch.delenv(name, raising=False)
-    return Machine(pytester, monkeypatch, nvml_dir)
+    return Machine(pytester, monkeypatch, fake_nvml_dir)
 
 
 def write_test(pytester: pytest.Pytester, body: str) -> None:

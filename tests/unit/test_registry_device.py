@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.nvml import build_fake_nvml
 
 from kernelpack_runtime import device
 from kernelpack_runtime.device import DeviceFacts, _Nvml, _visible_handles, nvml_probe
@@ -101,14 +100,6 @@ PROBE = (
     "print(json.dumps([[d.index, d.name, list(d.capability)] for d in f.devices]"
     " + [f.driver_cuda and list(f.driver_cuda), f.problem]))"
 )
-
-
-@pytest.fixture(scope="module")
-def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = build_fake_nvml(tmp_path_factory.mktemp("nvml"))
-    if folder is None:
-        pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
-    return folder
 
 
 def run_probe(folder: Path, **env: str) -> list[object]:

@@ -1,36 +1,94 @@
-"""Builds shared by the integration modules (each made once per session)."""
+"""The integration tests' shared fixtures; the plain helpers are in builds.py.
+
+- `ccache_dir` (session): the ccache every build of the run shares, so a copy of a package
+  compiles from the objects an earlier build of the run left.
+- `built_package(name)` (session): `(root, BuildResult)` of test package or example `name`
+  copied and built in place once a run, shared by every file that asks. Read-only: a test
+  that changes files works on `builds.copy_built(root, destination)`.
+- `example_wheel(name)` (session): the wheel `kernelpack build --wheel-dir` makes of a copy
+  of test package or example `name`, once a run (skips without nvcc or torch);
+  `llm_ops_wheel` is `example_wheel("llm_ops")`.
+- `fresh_venv` (session): a new venv that sees this interpreter's site-packages.
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from builds import BuiltPackage, build_env, copy_package, new_venv
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llm_ops"
+from kernelpack.builder import engine, install
+from kernelpack.builder.outputs import BuildResult
+from kernelpack.project.locate import locate
 
 
 @pytest.fixture(scope="session")
-def llm_ops_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp() / "kp-ccache"
+
+
+@pytest.fixture(scope="session")
+def built_package(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> BuiltPackage:
+    built: dict[str, tuple[Path, BuildResult]] = {}
+
+    def built_package(name: str) -> tuple[Path, BuildResult]:
+        if name not in built:
+            root = copy_package(name, tmp_path_factory.mktemp(f"built-{name}") / name)
+            result = engine.build_project(locate(root), environ=build_env(ccache_dir))
+            install.install_inplace(result)
+            built[name] = root, result
+        return built[name]
+
+    return built_package
+
+
+@pytest.fixture(scope="session")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv that sees this interpreter's site-packages (torch, kernelpack, ninja)."""
+    return new_venv(tmp_path_factory.mktemp("venv") / "v")
+
+
+@pytest.fixture(scope="session")
+def example_wheel(
+    tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
+) -> Callable[[str], Path]:
+    wheels: dict[str, Path] = {}
+
+    def example_wheel(name: str) -> Path:
+        if name not in wheels:
+            if shutil.which("nvcc") is None:
+                pytest.skip("nvcc is not on PATH")
+            pytest.importorskip("torch")
+            project = copy_package(name, tmp_path_factory.mktemp("src") / name)
+            out = tmp_path_factory.mktemp("wheels")
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelpack",
+                    "build",
+                    str(project),
+                    "--wheel-dir",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env=build_env(ccache_dir),
+            )
+            assert result.returncode == 0, result.stdout + result.stderr
+            (wheels[name],) = out.glob(f"{name}-*.whl")
+        return wheels[name]
+
+    return example_wheel
+
+
+@pytest.fixture(scope="session")
+def llm_ops_wheel(example_wheel: Callable[[str], Path]) -> Path:
     """examples/llm_ops built with the real nvcc into its stable-ABI wheel, once."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    pytest.importorskip("torch")
-    project = tmp_path_factory.mktemp("src") / "llm_ops"
-    shutil.copytree(
-        EXAMPLE,
-        project,
-        ignore=shutil.ignore_patterns("build", "*.so", "_kernelpack.json", "__pycache__"),
-    )
-    out = tmp_path_factory.mktemp("wheels")
-    result = subprocess.run(
-        [sys.executable, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (built,) = out.glob("llm_ops-*.whl")
-    return built
+    return example_wheel("llm_ops")

@@ -1,9 +1,10 @@
 """The build engine with the real nvcc (CPU only): one graph, incremental, cached, atomic.
 
 The test package `packages/kpdemo` has a stable-ABI kernel (`scale`) and a classic one
-(`addone`). It is compiled once per session (`built`); tests that change files work on a
-copy of that built tree (`tree`), which the graph's relative paths keep valid, and every
-compile goes through a private ccache so copies and fresh clones hit it.
+(`addone`). It is compiled once a run (`built`, shared with the other files through
+conftest.py); tests that change files work on a copy of that built tree (`tree`), which the
+graph's relative paths keep valid, and every compile goes through the run's private ccache
+so copies and fresh clones hit it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builds import BuiltPackage, build_env, copy_built, copy_package
 from elftools.elf.elffile import ELFFile
 
 from kernelpack.builder import engine, install
@@ -34,18 +36,10 @@ from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
 
-PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
 SRC = Path(__file__).resolve().parents[2] / "src"
 CUOBJDUMP_PARTS = ("triton", "backends", "nvidia", "bin", "cuobjdump")
 # Mangled names in torch's C++ namespaces: c10::, at::, torch:: (also const members: _ZNK).
 TORCH_CXX_SYMBOL = re.compile(r"^_ZN?K?\d*(3c10|2at|5torch)")
-
-
-def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
-    env["CCACHE_DIR"] = str(ccache_dir)
-    env.update(extra)
-    return env
 
 
 def _build(root: Path, env: dict[str, str], **options: object) -> BuildResult:
@@ -59,24 +53,15 @@ def _compiled(result: BuildResult) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "kp-ccache"
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, BuildResult]:
-    """kpdemo copied out of the source tree and built in place once (cold ccache)."""
-    root = tmp_path_factory.mktemp("built") / "kpdemo"
-    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
-    return root, _build(root, _env(ccache_dir))
+def built(built_package: BuiltPackage) -> tuple[Path, BuildResult]:
+    """kpdemo copied out of the source tree and built in place once a run (shared)."""
+    return built_package("kpdemo")
 
 
 @pytest.fixture
 def tree(built: tuple[Path, BuildResult], tmp_path: Path) -> Path:
     """A private copy of the built tree (sources, build folder and libraries, mtimes kept)."""
-    root = tmp_path / "kpdemo"
-    shutil.copytree(built[0], root, symlinks=True)
-    return root
+    return copy_built(built[0], tmp_path / "kpdemo")
 
 
 def _add_to_addone(manifest: Path, line: str) -> None:
@@ -179,7 +164,7 @@ def test_record_on_disk_is_exactly_what_the_record_types_write(
     tree: Path, ccache_dir: Path
 ) -> None:
     # tests/unit/test_record.py pins the wire format of the types; the build writes through them.
-    _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+    _build(tree, build_env(ccache_dir, KPDEMO_KERNELS="scale"))
     path = tree / "kpdemo" / "_kernelpack.json"
     data = json.loads(path.read_text())
     assert BuildRecord.from_json(data).to_json() == data
@@ -190,7 +175,7 @@ def test_record_on_disk_is_exactly_what_the_record_types_write(
 def test_in_place_record_is_readable_by_every_user(tree: Path, ccache_dir: Path) -> None:
     previous = os.umask(0o022)
     try:
-        _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+        _build(tree, build_env(ccache_dir, KPDEMO_KERNELS="scale"))
     finally:
         os.umask(previous)
     assert (tree / "kpdemo" / "_kernelpack.json").stat().st_mode & 0o777 == 0o644
@@ -205,7 +190,7 @@ def test_a_custom_env_prefix_is_recorded_and_disables_at_run_time(
             "[tool.kernelpack]\n", '[tool.kernelpack]\nenv-prefix = "DEMO"\n'
         )
     )
-    _build(tree, _env(ccache_dir, DEMO_KERNELS="scale"))
+    _build(tree, build_env(ccache_dir, DEMO_KERNELS="scale"))
     record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
     assert record.env_prefix == "DEMO"
     assert not record.kernels["addone"].built  # DEMO_KERNELS selected at build time
@@ -262,27 +247,27 @@ def test_stable_flags_target_the_stable_abi_and_the_limited_api(
 
 
 def test_noop_rebuild_compiles_nothing(tree: Path, ccache_dir: Path) -> None:
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     assert result.steps == ()
 
 
 def test_touching_one_source_recompiles_only_that_kernel(tree: Path, ccache_dir: Path) -> None:
     (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     assert _compiled(result) == {"obj/scale/scale/csrc/scale.cu.o"}
 
 
 def test_header_edit_rebuilds_its_includer(tree: Path, ccache_dir: Path) -> None:
     header = tree / "kpdemo" / "scale" / "csrc" / "scale.h"
     header.write_text(header.read_text().replace("256", "128"))
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     assert _compiled(result) == {"obj/scale/scale/csrc/scale.cu.o"}
 
 
 def test_flag_change_rebuilds_that_kernel(tree: Path, ccache_dir: Path) -> None:
     manifest = tree / "kpdemo" / "kernels.toml"
     _add_to_addone(manifest, 'defines = { KPDEMO_FLAG_TEST = "1" }')
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     assert {o.split("/")[1] for o in _compiled(result)} == {"addone"}
 
 
@@ -291,26 +276,26 @@ def test_nvcc_env_flags_are_on_the_command_line_so_cache_and_graph_see_them(
 ) -> None:
     # nvcc reads NVCC_APPEND_FLAGS itself; left in the environment, ccache would serve an
     # object compiled without it (or the graph would not rebuild when it changes).
-    env = {**_env(ccache_dir), "NVCC_APPEND_FLAGS": "-DKPDEMO_ENV_FLAG=1"}
+    env = {**build_env(ccache_dir), "NVCC_APPEND_FLAGS": "-DKPDEMO_ENV_FLAG=1"}
     result = _build(tree, env)
     cuda_objects = {o for o in _compiled(result) if o.endswith(".cu.o")}
     assert {o.split("/")[1] for o in cuda_objects} == {"addone", "scale"}
     assert "-DKPDEMO_ENV_FLAG=1" in (tree / "build" / "kernelpack" / "build.ninja").read_text()
-    restored = _build(tree, _env(ccache_dir))
+    restored = _build(tree, build_env(ccache_dir))
     assert {o for o in _compiled(restored) if o.endswith(".cu.o")} == cuda_objects
 
 
 def test_unchanged_library_is_not_reinstalled(tree: Path, ccache_dir: Path) -> None:
     before = _library(tree, "addone").stat().st_mtime_ns
     (tree / "kpdemo" / "scale" / "csrc" / "scale.cu").touch()
-    _build(tree, _env(ccache_dir))
+    _build(tree, build_env(ccache_dir))
     assert _library(tree, "addone").stat().st_mtime_ns == before
 
 
 def test_fresh_clone_in_another_folder_hits_the_cache(tmp_path: Path, ccache_dir: Path) -> None:
     clone = tmp_path / "elsewhere" / "clone"
-    shutil.copytree(PACKAGE, clone, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
-    env = _env(ccache_dir)
+    copy_package("kpdemo", clone)
+    env = build_env(ccache_dir)
     project = _project(clone)
     plan = plan_project(project, env)
     if plan.toolchain.launcher is None or "ccache" not in plan.toolchain.launcher.name:
@@ -336,7 +321,7 @@ def test_fresh_clone_does_not_import_torch(
 ) -> None:
     # What torch says (version, ABI, extension flags) is cached on the machine, not per tree.
     clone = tmp_path / "clone"
-    shutil.copytree(PACKAGE, clone, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    copy_package("kpdemo", clone)
     pythons: list[list[str]] = []
     run = subprocess.run
 
@@ -346,7 +331,7 @@ def test_fresh_clone_does_not_import_torch(
         return run(argv, *args, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(subprocess, "run", spy)
-    result = _build(clone, _env(ccache_dir))
+    result = _build(clone, build_env(ccache_dir))
     assert result.libraries.keys() == {"scale", "addone"}
     assert pythons == []
 
@@ -355,7 +340,7 @@ def test_fresh_clone_does_not_import_torch(
 
 
 def test_subset_variable_builds_only_the_named_kernel(tree: Path, ccache_dir: Path) -> None:
-    result = _build(tree, _env(ccache_dir, KPDEMO_KERNELS="scale"))
+    result = _build(tree, build_env(ccache_dir, KPDEMO_KERNELS="scale"))
     addone = result.record.kernels["addone"]
     assert addone.reason is not None and addone.reason.code == "not-selected"
     assert result.libraries.keys() == {"scale"}
@@ -365,7 +350,7 @@ def test_unbuildable_kernel_is_recorded_as_skipped_with_its_reason(
     tree: Path, ccache_dir: Path
 ) -> None:
     _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     record = BuildRecord.read(tree / "kpdemo" / "_kernelpack.json")
     reason = record.kernels["addone"].reason
     assert reason is not None and reason.code == "cuda-too-old"
@@ -378,7 +363,7 @@ def test_kernel_without_its_sources_is_skipped_so_the_rest_still_builds(
     # A kernel vendored as a git submodule that is not checked out: an empty folder.
     shutil.rmtree(tree / "kpdemo" / "addone" / "csrc")
     (tree / "kpdemo" / "addone" / "csrc").mkdir()
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     reason = result.record.kernels["addone"].reason
     assert reason is not None and reason.code == "sources-missing"
     assert result.record.kernels["scale"].built
@@ -387,11 +372,11 @@ def test_kernel_without_its_sources_is_skipped_so_the_rest_still_builds(
 def test_require_variable_turns_a_skip_into_an_error(tree: Path, ccache_dir: Path) -> None:
     _add_to_addone(tree / "kpdemo" / "kernels.toml", 'min-cuda = "99.0"')
     with pytest.raises(PlanError, match="addone"):
-        _build(tree, _env(ccache_dir, KPDEMO_KERNELS_REQUIRE="1"))
+        _build(tree, build_env(ccache_dir, KPDEMO_KERNELS_REQUIRE="1"))
 
 
 def test_all_stable_selection_carries_the_stable_version_tag(tree: Path, ccache_dir: Path) -> None:
-    result = _build(tree, _env(ccache_dir, KERNELPACK_KERNELS="scale"))
+    result = _build(tree, build_env(ccache_dir, KERNELPACK_KERNELS="scale"))
     assert result.record.version == "0.3.0+cu130stable2.10"
 
 
@@ -404,7 +389,7 @@ def test_compile_error_keeps_the_previous_library(tree: Path, ccache_dir: Path) 
     source = tree / "kpdemo" / "scale" / "csrc" / "scale.cu"
     source.write_text(source.read_text() + "\nthis is not C++;\n")
     with pytest.raises(BuildError, match=r"kernel 'scale'.*failed to compile.*error"):
-        _build(tree, _env(ccache_dir))
+        _build(tree, build_env(ccache_dir))
     assert library.read_bytes() == before
 
 
@@ -486,7 +471,7 @@ def test_cli_bad_manifest_is_one_line_exit_2(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], where: list[str]
 ) -> None:
     root = tmp_path / "kpdemo"
-    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
+    copy_package("kpdemo", root)
     manifest = root / "kpdemo" / "kernels.toml"
     manifest.write_text(manifest.read_text().replace('abi = "stable"', 'abi = "abi3"'))
     assert main(["build", str(root), *where]) == 2
@@ -519,16 +504,24 @@ def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> Non
     header.write_text(header.read_text().replace("256", str(random.randrange(10_000, 99_999))))
     proc = subprocess.Popen(
         [Path(sys.executable).parent / "kernelpack", "build", tree, "--inplace"],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while not _compiler_running(proc.pid) and time.monotonic() < deadline:
+    # Event-driven: the Ctrl-C goes while a compiler runs, however loaded the machine is (the
+    # 600 s bound only stops a hang), and a build that ended first is said so.
+    deadline = time.monotonic() + 600
+    while not _compiler_running(proc.pid):
+        if proc.poll() is not None:
+            pytest.fail(f"the build ended (exit {proc.returncode}) before a compiler was seen")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("no compiler started within 600 s")
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-    proc.communicate(timeout=60)
+    # Generous: this test is about what is left behind, not how fast (test_interrupt.py).
+    proc.communicate(timeout=600)
     allowed = {".lock", ".ninja_deps", ".ninja_log"}
     stray = [
         p.relative_to(tree)
@@ -539,7 +532,7 @@ def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> Non
     assert library.read_bytes() == before
     assert stray == []
     # The lock died with its holder: the next build runs and finishes the job.
-    assert _compiled(_build(tree, _env(ccache_dir))) == {"obj/scale/scale/csrc/scale.cu.o"}
+    assert _compiled(_build(tree, build_env(ccache_dir))) == {"obj/scale/scale/csrc/scale.cu.o"}
 
 
 def test_depends_puts_the_dependency_headers_on_the_include_path(
@@ -562,7 +555,7 @@ def test_depends_puts_the_dependency_headers_on_the_include_path(
     source.write_text(
         "#include <mydep.h>\n" + source.read_text().replace("* factor;", "* factor * MYDEP_FACTOR;")
     )
-    result = _build(tree, _env(ccache_dir))
+    result = _build(tree, build_env(ccache_dir))
     compiled = _compiled(result)
     assert "obj/scale/scale/csrc/scale.cu.o" in compiled
     assert {o.split("/")[1] for o in compiled} == {"scale"}

@@ -16,3 +16,10 @@ def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if folder is None:
         pytest.skip("needs gcc to build the stand-in libnvidia-ml.so.1")
     return folder
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run the test in its `tmp_path` (relative paths land there); returns it."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

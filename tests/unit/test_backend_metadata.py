@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes.projects import write_tree
 from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -25,6 +26,9 @@ from kernelpack.cli import main
 from kernelpack.errors import UsageError
 from kernelpack.project.locate import Project, locate
 from kernelpack_runtime.record import RUNTIME_REQUIREMENT
+
+# Every test runs in its tmp_path.
+pytestmark = pytest.mark.usefixtures("in_tmp")
 
 KERNELS = '[scale]\nsources = ["csrc/scale.cu"]\narch = "9.0a"\nabi = "stable"\n'
 
@@ -61,16 +65,12 @@ ops = "my_ops.plugin"
 
 
 def make_project(root: Path, pyproject: str = RICH, files: dict[str, str] | None = None) -> Project:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
-    package = root / "my_ops"
-    (package / "scale" / "csrc").mkdir(parents=True)
-    (package / "scale" / "csrc" / "scale.cu").write_text("// x\n")
-    (package / "kernels.toml").write_text(KERNELS)
-    for name, text in (files or {}).items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return locate(root)
+    project = {
+        "pyproject.toml": textwrap.dedent(pyproject),
+        "my_ops/scale/csrc/scale.cu": "// x\n",
+        "my_ops/kernels.toml": KERNELS,
+    }
+    return locate(write_tree(root, {**project, **(files or {})}))
 
 
 RICH_FILES = {
@@ -78,11 +78,6 @@ RICH_FILES = {
     "LICENSE": "Apache License 2.0\n",
     "licenses/MIT.txt": "MIT License\n",
 }
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
 
 
 def _read_back(text: str) -> Metadata:

@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+from fakes.projects import write_tree
 from fakes.values import make_toolchain
 
 from kernelpack.errors import ManifestError
@@ -18,6 +19,9 @@ from kernelpack.project import buildtoml
 from kernelpack.project.locate import locate
 from kernelpack.project.manifest import ANY_PLATFORM
 from kernelpack_runtime.arch import Arch
+
+# Every test runs in its tmp_path.
+pytestmark = pytest.mark.usefixtures("in_tmp")
 
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
 EXAMPLES = FOREIGN / "hf-kernels" / "examples"
@@ -42,18 +46,10 @@ src = ["mine_cuda/mine.cu"]
 
 def make_project(root: Path, text: str = MINIMAL) -> Path:
     """A kernel-builder project with the files MINIMAL names; returns build.toml."""
-    for name in ("torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h", "mine_cuda/mine.cu"):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("// x\n")
-    (root / "torch-ext" / "my_kernel").mkdir(parents=True, exist_ok=True)
-    (root / "torch-ext" / "my_kernel" / "__init__.py").write_text("")
-    (root / "build.toml").write_text(textwrap.dedent(text))
+    names = ("torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h", "mine_cuda/mine.cu")
+    files = {**dict.fromkeys(names, "// x\n"), "torch-ext/my_kernel/__init__.py": ""}
+    write_tree(root, {**files, "build.toml": textwrap.dedent(text)})
     return root / "build.toml"
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
 
 
 # --- the real examples --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fakes.projects import sources
 from packaging.version import Version
 
 from kernelpack.errors import ManifestError
@@ -30,11 +31,7 @@ arch = "9.0a"
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An `llm_ops` package folder with rmsnorm's sources, the working folder its parent."""
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "llm_ops"
-    for source in SOURCES:
-        (folder / source).parent.mkdir(parents=True, exist_ok=True)
-        (folder / source).write_text("// source\n")
-    return folder
+    return sources(tmp_path / "llm_ops", SOURCES, "// source\n")
 
 
 def write(package: Path, text: str) -> Path:

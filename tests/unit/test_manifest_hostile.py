@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes.projects import sources
 
 from kernelpack.errors import ManifestError, ManifestErrors
 from kernelpack.project._toml import read_toml
@@ -30,10 +31,7 @@ arch = "9.0a"
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "pkg"
-    (folder / "k" / "csrc").mkdir(parents=True)
-    (folder / "k" / "csrc" / "k.cu").write_text("// k\n")
-    return folder
+    return sources(tmp_path / "pkg", ["k/csrc/k.cu"], "// k\n")
 
 
 def _write(package: Path, text: str) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from fakes.projects import sources
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,12 +40,9 @@ GLOB_SHELL = "".join(c for c in SHELL if c not in "*?[]")
 def package() -> Iterator[Path]:
     """A package `pkg` whose kernels k0…k3 each hold csrc/a.cu and csrc/b.cpp."""
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "pkg"
-        for kernel in KERNELS:
-            (folder / kernel / "csrc").mkdir(parents=True)
-            for name in ("a.cu", "b.cpp"):
-                (folder / kernel / "csrc" / name).write_text("// x\n")
-        yield folder
+        yield sources(
+            Path(tmp) / "pkg", [f"{k}/csrc/{n}" for k in KERNELS for n in ("a.cu", "b.cpp")]
+        )
 
 
 VALIDATOR = jsonschema.Draft7Validator(

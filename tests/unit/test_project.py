@@ -6,12 +6,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes.projects import write_tree
 
 from kernelpack.errors import ManifestError, UsageError
 from kernelpack.project.locate import locate
 from kernelpack.project.manifest import ANY_PLATFORM
 from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch
+
+# Every test runs in its tmp_path.
+pytestmark = pytest.mark.usefixtures("in_tmp")
 
 KERNELS = '[rmsnorm]\nsources = ["csrc/rmsnorm.cu"]\narch = "9.0a"\n'
 PYPROJECT = """\
@@ -25,9 +29,7 @@ version = "0.1.0"
 
 def make_package(folder: Path, kernels: str = KERNELS) -> Path:
     """A package folder with kernels.toml and rmsnorm's source; returns kernels.toml."""
-    (folder / "rmsnorm" / "csrc").mkdir(parents=True)
-    (folder / "rmsnorm" / "csrc" / "rmsnorm.cu").write_text("// x\n")
-    (folder / "kernels.toml").write_text(kernels)
+    write_tree(folder, {"rmsnorm/csrc/rmsnorm.cu": "// x\n", "kernels.toml": kernels})
     return folder / "kernels.toml"
 
 
@@ -36,11 +38,6 @@ def make_project(root: Path, pyproject: str = PYPROJECT, *, src: bool = False) -
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
     return make_package(root / "src" / "llm_ops" if src else root / "llm_ops")
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
 
 
 # --- locating ---------------------------------------------------------------------------

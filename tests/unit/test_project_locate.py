@@ -12,6 +12,9 @@ from kernelpack.cli import main
 from kernelpack.errors import UsageError
 from kernelpack.project.locate import locate
 
+# Every test runs in its tmp_path.
+pytestmark = pytest.mark.usefixtures("in_tmp")
+
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
 PRIME = FOREIGN / "prime-kernels"
 KERNELS = '[rms]\nsources = ["csrc/rms.cu"]\narch = "9.0a"\n'
@@ -26,11 +29,6 @@ def make_repo(root: Path, name: str = "my-kernels", *, src: bool = False) -> Pat
     (package / "rms" / "csrc" / "rms.cu").write_text("// x\n")
     (package / "kernels.toml").write_text(KERNELS)
     return package
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
 
 
 def _one_line(path: Path) -> str:

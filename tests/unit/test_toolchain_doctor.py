@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fakes import NVCC_12_4, install_nvcc, install_torch
+from fakes.projects import write_tree
 
 from kernelpack.cli import main
 from kernelpack.toolchain import detection as toolchain
@@ -43,12 +44,8 @@ def machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def package(machine: Path) -> Path:
-    folder = machine / "demo"
-    for source in ("rmsnorm/csrc/rmsnorm.cu", "flash_moe/csrc/moe.cu"):
-        (folder / source).parent.mkdir(parents=True)
-        (folder / source).write_text("// kernel\n")
-    (folder / "kernels.toml").write_text(MANIFEST)
-    return folder
+    files = dict.fromkeys(("rmsnorm/csrc/rmsnorm.cu", "flash_moe/csrc/moe.cu"), "// kernel\n")
+    return write_tree(machine / "demo", {**files, "kernels.toml": MANIFEST})
 
 
 def doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

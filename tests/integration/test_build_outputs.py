@@ -1,7 +1,7 @@
 """What a build tells the developer, with the real nvcc: compile_commands.json, -v/-q,
 clickable diagnostics, and the field's MAX_JOBS / TORCH_CUDA_ARCH_LIST / KERNELPACK_ARCH.
 
-Works on copies of kpdemo built once per module (private ccache, shared with the session).
+Works on copies of kpdemo built once a run (shared through conftest.py; the run's ccache).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from builds import BuiltPackage, build_env, copy_built, copy_package
 
-from kernelpack.builder import engine, install, memory
+from kernelpack.builder import engine, memory
 from kernelpack.builder.ninja import ninja_binary
 from kernelpack.cli import main
 from kernelpack.project.locate import locate
@@ -25,38 +25,25 @@ from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
 
-PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
-IGNORE = shutil.ignore_patterns("build", "dist", "*.so", "_kernel*", "__pycache__")
 SCALE_CU = Path("kpdemo", "scale", "csrc", "scale.cu")
 BINDING_CPP = Path("kpdemo", "addone", "csrc", "binding.cpp")
 
 
 def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
-    drop = ("KPDEMO_", "KERNELPACK_", "MAX_JOBS", "TORCH_CUDA_ARCH_LIST")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["CCACHE_DIR"] = str(ccache_dir)
-    env.update(extra)
-    return env
+    # MAX_JOBS too: these tests set the field's variables themselves.
+    return build_env(ccache_dir, without=("MAX_JOBS",), **extra)
 
 
 @pytest.fixture(scope="module")
-def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "kp-ccache"
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
-    root = tmp_path_factory.mktemp("outputs") / "kpdemo"
-    shutil.copytree(PACKAGE, root, ignore=IGNORE)
-    install.install_inplace(engine.build_project(locate(root), environ=_env(ccache_dir)))
-    return root
+def built(built_package: BuiltPackage) -> Path:
+    """kpdemo built in place once a run (shared with the other files through conftest.py)."""
+    return built_package("kpdemo")[0]
 
 
 @pytest.fixture
 def tree(built: Path, tmp_path: Path, ccache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private copy of the built tree; the CLI sees only the ccache of these tests."""
-    root = tmp_path / "kpdemo"
-    shutil.copytree(built, root, symlinks=True)
+    root = copy_built(built, tmp_path / "kpdemo")
     for name in [v for v in os.environ if v.startswith(("KPDEMO_", "KERNELPACK_"))]:
         monkeypatch.delenv(name)
     monkeypatch.delenv("MAX_JOBS", raising=False)
@@ -110,7 +97,7 @@ def test_compile_commands_are_the_same_in_a_fresh_clone_so_the_cache_still_hits(
     built: Path, tmp_path: Path, ccache_dir: Path
 ) -> None:
     clone = tmp_path / "elsewhere" / "kpdemo"
-    shutil.copytree(PACKAGE, clone, ignore=IGNORE)
+    copy_package("kpdemo", clone)
     engine.build_project(locate(clone), environ=_env(ccache_dir))
     assert [e["command"] for e in _compdb(clone)] == [e["command"] for e in _compdb(built)]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builds import BuiltPackage, copy_built
 
 pytestmark = pytest.mark.integration
 
@@ -98,12 +99,9 @@ def ask(
 
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kpdemo, copied out of the source tree and built in place."""
-    root = tmp_path_factory.mktemp("runtime") / "kpdemo"
-    shutil.copytree(DEMO, root, ignore=shutil.ignore_patterns("build", "*.so", "_kernel*"))
-    _build(root)
-    return root
+def demo(built_package: BuiltPackage) -> Path:
+    """kpdemo, built in place once a run (shared through conftest.py)."""
+    return built_package("kpdemo")[0]
 
 
 @pytest.fixture(scope="session")
@@ -128,9 +126,7 @@ def rival(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def demo_copy(demo: Path, tmp_path: Path) -> Path:
     """A private copy of the built kpdemo, free to be damaged."""
-    root = tmp_path / "kpdemo"
-    shutil.copytree(demo, root, symlinks=True)
-    return root
+    return copy_built(demo, tmp_path / "kpdemo")
 
 
 def _rewrite_record(root: Path, package: str, **toolchain: str) -> None:

@@ -63,7 +63,9 @@ def test_dead_holder_never_blocks_the_next_build(tmp_path: Path) -> None:
     started = time.monotonic()
     with build_lock(tmp_path, 5):
         pass
-    assert time.monotonic() - started < 1
+    # Well under the 5 s the lock would wait for a live holder; not the instant it takes on
+    # an idle machine (a loaded CI machine can take seconds to schedule this process again).
+    assert time.monotonic() - started < 4
 
 
 def test_stable_target_hex_matches_torch_target_version() -> None:

@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
+from builds import has_gpu, install_into, run_in
 
 pytestmark = pytest.mark.integration
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +24,7 @@ def wheel(llm_ops_wheel: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def site(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
-        check=True,
-        timeout=300,
-    )
-    return target
-
-
-def _python(site: Path, code: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-        cwd=site,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout.strip().splitlines()[-1]
+    return install_into(wheel, tmp_path_factory.mktemp("site"))
 
 
 def test_wheel_is_tagged_for_the_stable_abi(wheel: Path) -> None:
@@ -69,9 +40,9 @@ def test_wheel_holds_both_kernels_and_the_build_record(wheel: Path) -> None:
 
 
 def test_installed_package_reports_no_device_for_each_kernel(site: Path) -> None:
-    if _has_gpu():
+    if has_gpu():
         pytest.skip("this machine has a GPU")
-    status = json.loads(_python(site, "import json, llm_ops; print(json.dumps(llm_ops.status()))"))
+    status = json.loads(run_in(site, "import json, llm_ops; print(json.dumps(llm_ops.status()))"))
     assert set(status) == {"rmsnorm", "silu_mul"}
     assert all(value.startswith("no-device") for value in status.values()), status
 
@@ -79,7 +50,7 @@ def test_installed_package_reports_no_device_for_each_kernel(site: Path) -> None
 def test_cpu_tensors_are_refused_with_the_ops_own_message(site: Path) -> None:
     # The refusal path of a stable kernel (STD_TORCH_CHECK through torch's C shim) on a
     # machine without a GPU: each op is registered for CPU too, and refuses there.
-    out = _python(
+    out = run_in(
         site,
         """
         import json, torch
@@ -110,7 +81,7 @@ def test_cpu_tensors_are_refused_with_the_ops_own_message(site: Path) -> None:
 
 
 def test_rmsnorm_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
-    out = _python(
+    out = run_in(
         site,
         """
         import json, torch
@@ -136,7 +107,7 @@ def test_rmsnorm_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
 
 
 def test_silu_mul_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
-    out = _python(
+    out = run_in(
         site,
         """
         import json, torch
@@ -151,7 +122,7 @@ def test_silu_mul_fakes_give_shapes_and_dtypes_on_meta(site: Path) -> None:
 
 
 def test_requirements_are_exported(site: Path) -> None:
-    out = _python(
+    out = run_in(
         site,
         """
         import json, torch

@@ -11,76 +11,26 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import shutil
-import subprocess
-import sys
-import textwrap
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from builds import has_gpu, install_into, run_in
 
-pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "moe_ops"
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # CUTLASS: minutes on 2 cores
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+def wheel(example_wheel: Callable[[str], Path]) -> Path:
     if importlib.util.find_spec("cutlass_library") is None:
         pytest.skip("the CUTLASS headers are absent (pip install --no-deps nvidia-cutlass)")
-    pytest.importorskip("torch")
-    project = tmp_path_factory.mktemp("src") / "moe_ops"
-    shutil.copytree(
-        EXAMPLE,
-        project,
-        ignore=shutil.ignore_patterns("build", "*.so", "_kernelpack.json", "__pycache__"),
-    )
-    out = tmp_path_factory.mktemp("wheels")
-    result = subprocess.run(
-        [sys.executable, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (built,) = out.glob("moe_ops-*.whl")
-    return built
+    return example_wheel("moe_ops")
 
 
 @pytest.fixture(scope="module")
 def site(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
-        check=True,
-        timeout=300,
-    )
-    return target
-
-
-def _python(site: Path, code: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-        cwd=site,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout.strip().splitlines()[-1]
+    return install_into(wheel, tmp_path_factory.mktemp("site"))
 
 
 def test_wheel_is_tagged_for_the_stable_abi_and_holds_sm90a_code(wheel: Path) -> None:
@@ -98,15 +48,15 @@ def test_wheel_is_tagged_for_the_stable_abi_and_holds_sm90a_code(wheel: Path) ->
 
 
 def test_installed_package_reports_no_device(site: Path) -> None:
-    if _has_gpu():
+    if has_gpu():
         pytest.skip("this machine has a GPU")
-    status = json.loads(_python(site, "import json, moe_ops; print(json.dumps(moe_ops.status()))"))
+    status = json.loads(run_in(site, "import json, moe_ops; print(json.dumps(moe_ops.status()))"))
     assert set(status) == {"moe"}
     assert status["moe"].startswith("no-device"), status
 
 
 def test_fakes_give_shapes_on_meta_and_requirements_are_exported(site: Path) -> None:
-    out = _python(
+    out = run_in(
         site,
         """
         import json, torch

@@ -24,6 +24,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from builds import BuiltPackage, build_env, copy_built, copy_package
 from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
@@ -44,9 +45,7 @@ from kernelpack_runtime.record import RUNTIME_REQUIREMENT
 
 pytestmark = pytest.mark.integration
 
-PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
 REPO = Path(__file__).parents[2]
-IGNORE = shutil.ignore_patterns("build", "dist", "*.so", "_kernel*", "__pycache__")
 CLASSIC = "0.3.0+cu130torch2.14.1"
 STABLE = "0.3.0+cu130stable2.10"
 # Distributions installing a kernel wheel may add to a venv that holds torch.
@@ -54,32 +53,14 @@ KERNEL_WHEEL_ADDS = {"kpdemo", "kernelpack-runtime", "packaging"}
 PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d")
 
 
-def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
-    env["CCACHE_DIR"] = str(ccache_dir)
-    env.update(extra)
-    return env
-
-
 _pip = pip
 
 
-def _copy(destination: Path) -> Path:
-    shutil.copytree(PACKAGE, destination, ignore=IGNORE)
-    return destination
-
-
 @pytest.fixture(scope="session")
-def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "kp-ccache"
-
-
-@pytest.fixture(scope="session")
-def built_root(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
-    """kpdemo, copied and compiled once (its build folder then serves every wheel)."""
-    root = _copy(tmp_path_factory.mktemp("relsrc") / "kpdemo")
-    engine.build_project(locate(root), environ=_env(ccache_dir))
-    return root
+def built_root(tmp_path_factory: pytest.TempPathFactory, built_package: BuiltPackage) -> Path:
+    """A private copy of kpdemo built once a run (conftest.py): its build folder serves every
+    wheel (the copied in-place libraries and record never ship: a wheel takes the build's)."""
+    return copy_built(built_package("kpdemo")[0], tmp_path_factory.mktemp("relsrc") / "kpdemo")
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +69,7 @@ def dist(built_root: Path, ccache_dir: Path, tmp_path_factory: pytest.TempPathFa
     folder = tmp_path_factory.mktemp("reldist")
     project = locate(built_root)
     for env in ({}, {"KPDEMO_KERNELS": "scale"}):
-        result = engine.build_project(project, environ=_env(ccache_dir, **env))
+        result = engine.build_project(project, environ=build_env(ccache_dir, **env))
         write_wheel(project, result, folder)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", folder, REPO / "src"],
@@ -274,11 +255,11 @@ def _hostile_tree(root: Path, outside: Path) -> None:
 def test_wheel_ships_linked_files_inside_the_package_as_files_and_no_temp_file(
     built_root: Path, ccache_dir: Path, tmp_path: Path
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     shutil.copytree(built_root / "build", root / "build")
     _hostile_tree(root, tmp_path / "outside.txt")
     project = locate(root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     wheel = write_wheel(project, result, tmp_path / "dist")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -305,7 +286,7 @@ def test_wheel_ships_linked_files_inside_the_package_as_files_and_no_temp_file(
 def test_symlink_out_of_the_package_is_a_one_line_error_writing_nothing(
     built_root: Path, ccache_dir: Path, tmp_path: Path, link: str
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     shutil.copytree(built_root / "build", root / "build")
     secret = tmp_path / "secret"
     secret.mkdir()
@@ -313,7 +294,7 @@ def test_symlink_out_of_the_package_is_a_one_line_error_writing_nothing(
     target = secret / "key.txt" if link == "file" else secret
     (root / "kpdemo" / "leak").symlink_to(target)
     project = locate(root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     with pytest.raises(UsageError, match=r"kpdemo/leak: a symlink to .*secret.*, outside") as exc:
         write_wheel(project, result, tmp_path / "dist")
     assert "\n" not in str(exc.value)
@@ -326,7 +307,7 @@ def test_symlink_out_of_the_package_is_a_one_line_error_writing_nothing(
 def test_sdist_holds_exactly_the_project_files_with_no_link_and_no_temp_file(
     tmp_path: Path,
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     _hostile_tree(root, tmp_path / "outside.txt")
     (root / "build" / "kernelpack").mkdir(parents=True)
     (root / "build" / "kernelpack" / "build.ninja").write_text("x\n")
@@ -361,7 +342,7 @@ def test_sdist_holds_exactly_the_project_files_with_no_link_and_no_temp_file(
 def test_sdist_is_byte_identical_across_builds_with_source_date_epoch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     (root / "LICENSE").write_text("Apache License 2.0\n")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     first = write_sdist(locate(root), tmp_path / "one").read_bytes()
@@ -406,7 +387,7 @@ def test_staging_folder_of_a_killed_wheel_write_is_removed_by_the_next_write(
     out, ready = tmp_path / "dist", tmp_path / "ready"
     writer = subprocess.Popen(
         [sys.executable, "-c", _SLOW_WRITE, str(built_root), str(ready), str(out)],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
     )
     try:
         deadline = time.monotonic() + 120
@@ -418,7 +399,7 @@ def test_staging_folder_of_a_killed_wheel_write_is_removed_by_the_next_write(
         writer.wait()
     (left,) = [p for p in out.iterdir() if p.name.endswith(".partial")]
     project = locate(built_root)
-    wheel = write_wheel(project, engine.build_project(project, environ=_env(ccache_dir)), out)
+    wheel = write_wheel(project, engine.build_project(project, environ=build_env(ccache_dir)), out)
     assert [p.name for p in out.iterdir()] == [wheel.name]
     assert not left.exists()
     with zipfile.ZipFile(wheel) as zf:
@@ -434,7 +415,7 @@ def test_concurrent_cli_wheel_builds_of_one_tree_all_succeed(
     builds = [
         subprocess.Popen(
             [*command, "--wheel-dir", str(out)],
-            env=_env(ccache_dir),
+            env=build_env(ccache_dir),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -454,7 +435,7 @@ def test_concurrent_cli_wheel_builds_of_one_tree_all_succeed(
 def test_build_that_compiled_nothing_names_the_skips_and_the_wheel_truthfully(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     no_toolkit = tmp_path / "no-cuda"
     no_toolkit.mkdir()
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")
@@ -513,7 +494,7 @@ def test_sdist_builds_a_wheel_in_an_isolated_environment_with_only_find_links(
         check=True,
         capture_output=True,
     )
-    sdist = write_sdist(locate(_copy(tmp_path / "kpdemo")), tmp_path / "sdist")
+    sdist = write_sdist(locate(copy_package("kpdemo", tmp_path / "kpdemo")), tmp_path / "sdist")
     out = tmp_path / "out"
     build = subprocess.run(
         [*pip, "wheel", "--no-index", "--find-links", links, "--no-deps", "-w", out, sdist],
@@ -547,7 +528,7 @@ def test_wheel_is_byte_identical_across_writes_with_source_date_epoch(
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     project = locate(built_root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     first = write_wheel(project, result, tmp_path / "one").read_bytes()
     for file in (built_root / "kpdemo").rglob("*.py"):
         os.utime(file, (time.time(), time.time() + 5))
@@ -559,7 +540,7 @@ def test_wheel_with_a_source_date_epoch_that_is_not_a_number_is_one_line(
     built_root: Path, ccache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = locate(built_root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1.5e9")
     with pytest.raises(UsageError, match=r"SOURCE_DATE_EPOCH='1.5e9': expected seconds"):
         write_wheel(project, result, tmp_path / "dist")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from builds import copy_package
 
 from kernelpack.builder import engine, install
 from kernelpack.builder.outputs import BuildResult
@@ -33,11 +34,8 @@ from kernelpack_runtime.record import BuildRecord
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {
-    "llm_ops": REPO / "examples" / "llm_ops",
-    "kpdemo": Path(__file__).parent / "packages" / "kpdemo",
-}
+#: The example and the test package each machine builds.
+PACKAGES = ("llm_ops", "kpdemo")
 BUCKET = "kernelpack-cache"
 # The S3 server takes any credentials; sccache needs some to sign its requests.
 FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -181,13 +179,7 @@ def _env(sccache: str, local_cache: Path, **backend: str) -> dict[str, str]:
 
 
 def _clone(folder: Path) -> dict[str, Path]:
-    roots = {}
-    for name, source in PACKAGES.items():
-        roots[name] = folder / name
-        shutil.copytree(
-            source, roots[name], ignore=shutil.ignore_patterns("build", "*.so", "_kernelpack.json")
-        )
-    return roots
+    return {name: copy_package(name, folder / name) for name in PACKAGES}
 
 
 @dataclass(frozen=True)

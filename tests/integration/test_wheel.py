@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from builds import BuiltPackage, build_env, copy_built, copy_package, new_venv, source_of
 from fakes.fake_torch import install_torch
 
 from kernelpack import backend
@@ -31,40 +31,20 @@ from kernelpack.project.locate import locate
 
 pytestmark = pytest.mark.integration
 
-PACKAGE = Path(__file__).parent / "packages" / "kpdemo"
 PIP = (sys.executable, "-m", "pip")
 EDITABLE = ("--no-build-isolation", "-e")
-IGNORE = shutil.ignore_patterns("build", "dist", "*.so", "_kernel*", "__pycache__")
-
-
-def _env(ccache_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPDEMO_", "KERNELPACK_"))}
-    env["CCACHE_DIR"] = str(ccache_dir)
-    env.update(extra)
-    return env
-
-
-def _copy(destination: Path) -> Path:
-    shutil.copytree(PACKAGE, destination, ignore=IGNORE)
-    return destination
 
 
 @pytest.fixture(scope="session")
-def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "kp-ccache"
-
-
-@pytest.fixture(scope="session")
-def project_root(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
-    """kpdemo, copied and compiled once (its build folder then serves every wheel)."""
-    root = _copy(tmp_path_factory.mktemp("wheelsrc") / "kpdemo")
-    engine.build_project(locate(root), environ=_env(ccache_dir))
-    return root
+def project_root(tmp_path_factory: pytest.TempPathFactory, built_package: BuiltPackage) -> Path:
+    """A private copy of kpdemo built once a run (conftest.py): its build folder serves every
+    wheel (the copied in-place libraries and record never ship: a wheel takes the build's)."""
+    return copy_built(built_package("kpdemo")[0], tmp_path_factory.mktemp("wheelsrc") / "kpdemo")
 
 
 def _wheel(root: Path, ccache_dir: Path, out: Path, **env: str) -> tuple[Path, BuildResult]:
     project = locate(root)
-    result = engine.build_project(project, environ=_env(ccache_dir, **env))
+    result = engine.build_project(project, environ=build_env(ccache_dir, **env))
     return write_wheel(project, result, out), result
 
 
@@ -73,26 +53,6 @@ def classic_wheel(
     project_root: Path, ccache_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     return _wheel(project_root, ccache_dir, tmp_path_factory.mktemp("dist"))[0]
-
-
-@pytest.fixture(scope="session")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new venv that sees this interpreter's site-packages (torch, kernelpack, ninja)."""
-    venv = tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    purelib = subprocess.run(
-        [
-            venv / "bin" / "python",
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return venv
 
 
 def _names(wheel: Path) -> list[str]:
@@ -174,7 +134,7 @@ def test_pip_wheel_without_build_isolation(
 ) -> None:
     subprocess.run(
         [*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path, project_root],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=True,
     )
     (wheel,) = tmp_path.glob("*.whl")
@@ -184,10 +144,10 @@ def test_pip_wheel_without_build_isolation(
 def test_pip_install_editable_compiles_in_place(
     ccache_dir: Path, fresh_venv: Path, tmp_path: Path
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     subprocess.run(
         [fresh_venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", *EDITABLE, root],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=True,
     )
     out = _run_in(fresh_venv, "import kpdemo.scale as s; print(s._C.__file__)", cwd=tmp_path)
@@ -199,11 +159,11 @@ def test_uv_pip_install_editable(ccache_dir: Path, fresh_venv: Path, tmp_path: P
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if not Path(uv).is_file():
         pytest.skip("uv is not installed")
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     python = fresh_venv / "bin" / "python"
     subprocess.run(
         [uv, "pip", "install", "--offline", "--no-deps", *EDITABLE, root, "--python", python],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=True,
         capture_output=True,
     )
@@ -217,7 +177,7 @@ def test_uv_pip_install_editable(ccache_dir: Path, fresh_venv: Path, tmp_path: P
 def test_sdist_holds_the_sources_and_pkg_info(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     monkeypatch.chdir(root)
     name = backend.build_sdist(str(tmp_path / "sdist"))
     with tarfile.open(tmp_path / "sdist" / name) as tar:
@@ -231,7 +191,7 @@ def test_sdist_holds_the_sources_and_pkg_info(
 def test_sdist_leaves_out_build_outputs_but_not_a_subpackage_named_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     for name in ("build/kernelpack/build.ninja", "dist/old.tar.gz", "kpdemo/build/__init__.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x\n")
@@ -243,7 +203,7 @@ def test_sdist_leaves_out_build_outputs_but_not_a_subpackage_named_build(
 
 
 def test_wheel_ships_a_subpackage_named_build(tmp_path: Path) -> None:
-    root = _copy(tmp_path / "kpdemo")
+    root = copy_package("kpdemo", tmp_path / "kpdemo")
     (root / "kpdemo" / "build").mkdir()
     (root / "kpdemo" / "build" / "__init__.py").write_text("")
     names = {arcname for _, arcname in package_files(locate(root))}
@@ -291,7 +251,7 @@ def test_missing_torch_error_says_to_build_without_isolation(
     # What an isolated build environment looks like: no torch to import.
     monkeypatch.setenv("PYTHONPATH", str(install_torch(tmp_path / "env", missing=True)))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.chdir(_copy(tmp_path / "kpdemo"))
+    monkeypatch.chdir(copy_package("kpdemo", tmp_path / "kpdemo"))
     with pytest.raises(PlanError, match="--no-build-isolation"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path))
 
@@ -299,7 +259,7 @@ def test_missing_torch_error_says_to_build_without_isolation(
 def test_config_setting_require_must_be_a_boolean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(PACKAGE)
+    monkeypatch.chdir(source_of("kpdemo"))
     with pytest.raises(UsageError, match="config setting require=maybe is not a boolean"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path), {"require": "maybe"})
 
@@ -307,7 +267,7 @@ def test_config_setting_require_must_be_a_boolean(
 def test_config_setting_kernels_must_name_a_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(PACKAGE)
+    monkeypatch.chdir(source_of("kpdemo"))
     with pytest.raises(UsageError, match="config setting kernels ',' names no kernel"):
         backend.prepare_metadata_for_build_wheel(str(tmp_path), {"kernels": ","})
 
@@ -320,32 +280,14 @@ HAS_NEW_OP = "import torch, kpdemo.scale; print(hasattr(torch.ops.kpdemo_scale, 
 REBUILT_SCALE = re.compile(r"^kernelpack: rebuilt scale \(1 file, \d+\.\d s\)$", re.MULTILINE)
 
 
-def _venv(where: Path) -> Path:
-    venv = where / "v"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    purelib = subprocess.run(
-        [
-            venv / "bin" / "python",
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return venv
-
-
 @pytest.fixture(scope="module")
 def editable(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, Path]:
     """(venv, project root): kpdemo installed with `pip install --no-build-isolation -e`."""
     where = tmp_path_factory.mktemp("editable")
-    venv, root = _venv(where), _copy(where / "kpdemo")
+    venv, root = new_venv(where / "v"), copy_package("kpdemo", where / "kpdemo")
     subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", *EDITABLE, root],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=True,
     )
     return venv, root
@@ -357,7 +299,7 @@ def _import(venv: Path, code: str, cwd: Path, ccache_dir: Path) -> subprocess.Co
         cwd=cwd,
         capture_output=True,
         text=True,
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=False,
     )
 
@@ -442,12 +384,17 @@ def test_editable_noop_check_costs_well_under_50_ms(
 ) -> None:
     venv, _ = editable
     _import(venv, "import kpdemo", tmp_path, ccache_dir)
+    # CPU time (the check's own and its `ninja -n`'s), not wall time: on a loaded machine a
+    # process waits to be scheduled, which says nothing about what the check costs.
     code = (
-        "import sys, time, statistics\n"
+        "import resource, sys, statistics\n"
         "f = next(m for m in sys.meta_path if type(m).__name__ == 'EditableFinder')\n"
+        "def cpu():\n"
+        "    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)\n"
+        "    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who))\n"
         "times = []\n"
         "for _ in range(7):\n"
-        "    t = time.perf_counter(); assert not f.stale(); times.append(time.perf_counter() - t)\n"
+        "    t = cpu(); assert not f.stale(); times.append(cpu() - t)\n"
         "print(statistics.median(times) * 1000)\n"
     )
     out = _import(venv, code, tmp_path, ccache_dir)
@@ -459,7 +406,7 @@ def test_uv_editable_import_rebuilds_an_edited_kernel(ccache_dir: Path, tmp_path
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if not Path(uv).is_file():
         pytest.skip("uv is not installed")
-    venv, root = _venv(tmp_path), _copy(tmp_path / "kpdemo")
+    venv, root = new_venv(tmp_path / "v"), copy_package("kpdemo", tmp_path / "kpdemo")
     subprocess.run(
         [
             uv,
@@ -472,7 +419,7 @@ def test_uv_editable_import_rebuilds_an_edited_kernel(ccache_dir: Path, tmp_path
             "--python",
             venv / "bin" / "python",
         ],
-        env=_env(ccache_dir),
+        env=build_env(ccache_dir),
         check=True,
         capture_output=True,
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from builds import build_env
 
 from kernelpack.backend.wheel import write_wheel
 from kernelpack.builder import engine, install
@@ -33,17 +34,13 @@ from kernelpack.project.locate import locate
 from kernelpack_runtime.arch import Arch
 
 pytestmark = pytest.mark.integration
+#: The classic-ABI (`torch/extension.h`) and CUTLASS builds: minutes each on 2 cores.
+SLOW = pytest.mark.slow
 
 FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
 EXAMPLES = FOREIGN / "hf-kernels" / "examples"
 FAST_ARCH = '[tool.kernelpack]\narch = "9.0"\n'
 OUTPUTS = {"build", "dist", "pyproject.toml"}
-
-
-def _env(ccache_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_")}
-    env["CCACHE_DIR"] = str(ccache_dir)
-    return env
 
 
 def _tree_digest(root: Path) -> str:
@@ -66,11 +63,6 @@ class Built:
     """`_tree_digest` of the copy before the build."""
 
 
-@pytest.fixture(scope="session")
-def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "foreign-ccache"
-
-
 def _build(source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None) -> Built:
     root = base / source.name
     shutil.copytree(source, root)
@@ -78,7 +70,7 @@ def _build(source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None)
     if pyproject is not None:
         (root / "pyproject.toml").write_text(pyproject)
     project = locate(root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     return Built(root, write_wheel(project, result, base / "dist"), result, before)
 
 
@@ -115,7 +107,7 @@ def prime(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
         text.replace('requires-python = "~=3.12.0"', f'requires-python = ">={this}"')
     )
     project = locate(root)
-    result = engine.build_project(project, environ=_env(ccache_dir))
+    result = engine.build_project(project, environ=build_env(ccache_dir))
     return Built(root, write_wheel(project, result, base / "dist"), result, before)
 
 
@@ -123,23 +115,6 @@ def importlib_find(module: str) -> object:
     import importlib.util
 
     return importlib.util.find_spec(module)
-
-
-@pytest.fixture(scope="session")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new venv that sees this interpreter's site-packages (torch, kernelpack-runtime)."""
-    venv = tmp_path_factory.mktemp("foreign_venv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return venv
 
 
 def _install(venv: Path, wheel: Path) -> None:
@@ -201,7 +176,7 @@ def _names(wheel: Path) -> list[str]:
 # --- kernel-builder projects ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["relu", "relu_stable"])
+@pytest.mark.parametrize("name", [pytest.param("relu", marks=SLOW), "relu_stable"])
 def test_kernel_builder_project_builds_unchanged_into_one_library(
     name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -215,6 +190,7 @@ def test_kernel_builder_project_builds_unchanged_into_one_library(
     assert _tree_digest(built.root) == built.before  # sources, torch-ext, tests: untouched
 
 
+@SLOW
 def test_other_backends_are_in_the_record_as_skipped(relu: Built) -> None:
     kernels = relu.result.record.kernels
     assert {name for name, k in kernels.items() if k.status == "skipped"} == {
@@ -243,9 +219,9 @@ def test_wheel_holds_the_package_generated_ops_py_and_the_library(relu_stable: B
 @pytest.mark.parametrize(
     ("name", "package", "op"),
     [
-        ("relu", "relu", "relu"),
+        pytest.param("relu", "relu", "relu", marks=SLOW),
         ("relu_stable", "relu_torch_stable_abi", "relu"),
-        ("cutlass_gemm", "cutlass_gemm", "cutlass_gemm"),
+        pytest.param("cutlass_gemm", "cutlass_gemm", "cutlass_gemm", marks=SLOW),
     ],
 )
 def test_wheel_installs_loads_its_ops_and_reports_on_cpu(
@@ -271,11 +247,11 @@ def test_no_op_rebuild_runs_nothing_and_one_edit_recompiles_that_file(
     relu_stable: Built, ccache_dir: Path
 ) -> None:
     project = locate(relu_stable.root)
-    again = engine.build_project(project, environ=_env(ccache_dir))
+    again = engine.build_project(project, environ=build_env(ccache_dir))
     assert again.steps == ()
     kernel = relu_stable.root / "relu_cuda" / "relu.cu"
     kernel.write_text(kernel.read_text() + "\n// edited\n")
-    edited = engine.build_project(project, environ=_env(ccache_dir))
+    edited = engine.build_project(project, environ=build_env(ccache_dir))
     assert sorted(step.output for step in edited.compiled) == ["obj/_ops/_root/relu_cuda/relu.cu.o"]
 
 
@@ -312,7 +288,7 @@ def test_migrated_project_builds_and_behaves_the_same(
     for root in (direct, moved):
         project = locate(root)
         assert project.is_build_toml == (root == direct)
-        result = engine.build_project(project, environ=_env(ccache_dir))
+        result = engine.build_project(project, environ=build_env(ccache_dir))
         install.install_inplace(result)
         records[root] = result.record
         reports[root] = _report(
@@ -350,6 +326,7 @@ def test_migrate_refuses_to_overwrite_without_force(
 # --- prime-kernels (the seed's repository) ----------------------------------------------------
 
 
+@SLOW
 def test_prime_kernels_builds_from_its_repository_root(prime: Built) -> None:
     record = prime.result.record
     assert set(record.kernels) == {"flash_moe"}
@@ -361,6 +338,7 @@ def test_prime_kernels_builds_from_its_repository_root(prime: Built) -> None:
     )
 
 
+@SLOW
 def test_prime_kernels_wheel_installs_and_reports_on_cpu(
     prime: Built, fresh_venv: Path, tmp_path: Path
 ) -> None:

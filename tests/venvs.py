@@ -5,6 +5,7 @@ every distribution torch requires from this interpreter's site-packages (their `
 folders are copied: uv reads no metadata through a linked folder): a fresh environment
 with the CUDA torch of this machine and nothing else, instead of a 5 GB install. pip is this
 interpreter's, run with `--python` and none of this machine's pip configuration.
+`overlay_venv(folder)` is a venv (with pip) that sees this interpreter's whole site-packages.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-__all__ = ["installed", "new_venv", "pip", "pip_env", "requirements_of", "torch_venv"]
+__all__ = [
+    "installed",
+    "new_venv",
+    "overlay_venv",
+    "pip",
+    "pip_env",
+    "requirements_of",
+    "torch_venv",
+]
 
 
 def pip_env() -> dict[str, str]:
@@ -75,6 +85,18 @@ def new_venv(folder: Path) -> tuple[Path, Path]:
         check=True,
     ).stdout.strip()
     return python, Path(purelib)
+
+
+def overlay_venv(folder: Path) -> Path:
+    """A venv at `folder` that also sees this interpreter's site-packages; returns `folder`."""
+    subprocess.run([sys.executable, "-m", "venv", folder], check=True)
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run(
+        [folder / "bin" / "python", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return folder
 
 
 def torch_venv(folder: Path) -> Path:

@@ -7,7 +7,6 @@
   an example (`examples/<name>`), its sources only, copied to `destination`.
 - `copy_built(root, destination)`: a private copy of a built tree (sources, build folder,
   libraries, mtimes kept; the graph's relative paths keep it valid): it rebuilds as a no-op.
-- `new_venv(folder)`: a new venv that sees this interpreter's site-packages.
 - `install_into(wheel, target)`, `run_in(site, code)`: a wheel installed into a private folder,
   and a fresh interpreter that sees only that folder.
 """
@@ -18,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +31,6 @@ __all__ = [
     "copy_package",
     "has_gpu",
     "install_into",
-    "new_venv",
     "run_in",
     "source_of",
 ]
@@ -76,18 +73,6 @@ def copy_built(root: Path, destination: Path) -> Path:
     """Copy the built tree `root` to `destination`, build folder and mtimes kept; returns it."""
     shutil.copytree(root, destination, symlinks=True)
     return destination
-
-
-def new_venv(folder: Path) -> Path:
-    """A venv at `folder` that also sees this interpreter's site-packages; returns `folder`."""
-    subprocess.run([sys.executable, "-m", "venv", folder], check=True)
-    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    purelib = subprocess.run(
-        [folder / "bin" / "python", "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return folder
 
 
 def has_gpu() -> bool:

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from builds import BuiltPackage, build_env, copy_package, new_venv
+from builds import BuiltPackage, build_env, copy_package
+from venvs import overlay_venv
 
 from kernelpack.builder import engine, install
 from kernelpack.builder.outputs import BuildResult
@@ -50,7 +51,7 @@ def built_package(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) ->
 @pytest.fixture(scope="session")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new venv that sees this interpreter's site-packages (torch, kernelpack, ninja)."""
-    return new_venv(tmp_path_factory.mktemp("venv") / "v")
+    return overlay_venv(tmp_path_factory.mktemp("venv") / "v")
 
 
 @pytest.fixture(scope="session")

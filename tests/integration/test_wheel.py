@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from builds import BuiltPackage, build_env, copy_built, copy_package, new_venv, source_of
+from builds import BuiltPackage, build_env, copy_built, copy_package, source_of
 from fakes.fake_torch import install_torch
+from venvs import overlay_venv
 
 from kernelpack import backend
 from kernelpack.backend.wheel import package_files, write_wheel
@@ -284,7 +285,7 @@ REBUILT_SCALE = re.compile(r"^kernelpack: rebuilt scale \(1 file, \d+\.\d s\)$",
 def editable(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, Path]:
     """(venv, project root): kpdemo installed with `pip install --no-build-isolation -e`."""
     where = tmp_path_factory.mktemp("editable")
-    venv, root = new_venv(where / "v"), copy_package("kpdemo", where / "kpdemo")
+    venv, root = overlay_venv(where / "v"), copy_package("kpdemo", where / "kpdemo")
     subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", *EDITABLE, root],
         env=build_env(ccache_dir),
@@ -406,7 +407,7 @@ def test_uv_editable_import_rebuilds_an_edited_kernel(ccache_dir: Path, tmp_path
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if not Path(uv).is_file():
         pytest.skip("uv is not installed")
-    venv, root = new_venv(tmp_path / "v"), copy_package("kpdemo", tmp_path / "kpdemo")
+    venv, root = overlay_venv(tmp_path / "v"), copy_package("kpdemo", tmp_path / "kpdemo")
     subprocess.run(
         [
             uv,

@@ -23,6 +23,7 @@ __all__ = [
     "KernelFlags",
     "kernel_flags",
     "limited_api_hex",
+    "shared_libstdcxx",
     "stable_target_hex",
 ]
 
@@ -35,7 +36,17 @@ INCLUDE_DIR = Path(__file__).resolve().parent.parent / "include"
 #: from `libstdc++.a`. A library with its own copy crashes (SIGSEGV, GCC 13) or loses the
 #: text of the first `STD_TORCH_CHECK` message that formats a number (GCC 12) instead of
 #: raising; `kernelpack.builder.symbols` refuses such a library when a flag still forces it.
+#: `-lstdc++` is the fallback: a compiler whose own folder holds only `libstdc++.a` resolves
+#: it to the archive, so the file torch's process loaded is named by path when it is known.
 SHARED_LIBSTDCXX = ("-Wl,--push-state,-Bdynamic,--no-as-needed", "-lstdc++", "-Wl,--pop-state")
+
+
+def shared_libstdcxx(loaded: str | None) -> tuple[str, ...]:
+    """The link flags that bind a library to the shared libstdc++: the file torch's process
+    loaded (`loaded`, as the torch probe saw it), else whatever `-lstdc++` finds."""
+    if loaded is None:
+        return SHARED_LIBSTDCXX
+    return (SHARED_LIBSTDCXX[0], loaded, SHARED_LIBSTDCXX[2])
 
 
 def stable_target_hex(target: Version) -> str:
@@ -132,7 +143,7 @@ def kernel_flags(
     else:
         ldflags += [f"-l{lib}" for lib in _for_backend(torch.libraries, cpu=cpu)]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
-    ldflags += list(SHARED_LIBSTDCXX)
+    ldflags += list(shared_libstdcxx(torch.libstdcxx))
     return KernelFlags(
         defines=tuple(defines),
         include_dirs=tuple(dict.fromkeys(includes)),

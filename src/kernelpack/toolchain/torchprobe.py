@@ -69,6 +69,12 @@ if "torch" in facts:
             "libraries": ce.CUDAExtension("_C", []).libraries,
             "stable_libraries": ce.CUDAExtension("_C", [], py_limited_api=True).libraries,
             "nvcc_flags": list(ce.COMMON_NVCC_FLAGS),
+            "libstdcxx": next(
+                (line.split(None, 5)[5].strip() for line in open("/proc/self/maps")
+                 if len(line.split(None, 5)) == 6
+                 and os.path.basename(line.split(None, 5)[5].strip()).startswith("libstdc++.so")),
+                None,
+            ) if os.path.exists("/proc/self/maps") else None,
         }}
     except BaseException as exc:
         facts["extension_error"] = f"{{type(exc).__name__}}: {{exc}}"
@@ -89,6 +95,8 @@ class TorchExtension:
     """What it links a `py_limited_api` extension against."""
     nvcc_flags: tuple[str, ...]
     """torch's `COMMON_NVCC_FLAGS` (half/bfloat16 operator switches, relaxed constexpr)."""
+    libstdcxx: str | None = None
+    """The shared libstdc++ file torch's process has loaded (None: not seen)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TorchExtension:
@@ -98,6 +106,7 @@ class TorchExtension:
             libraries=tuple(str(lib) for lib in data["libraries"]),
             stable_libraries=tuple(str(lib) for lib in data["stable_libraries"]),
             nvcc_flags=tuple(str(flag) for flag in data["nvcc_flags"]),
+            libstdcxx=str(data["libstdcxx"]) if data.get("libstdcxx") else None,
         )
 
 

@@ -110,10 +110,12 @@ def export_hub(
     noarch = not manifest.kernels and "_ops.py" in manifest.generated
     variants = _noarch_variants(project) if noarch else _variants(plan)
     if not variants:
-        skips = "; ".join(f"{k.name}: {k.skip}" for k in plan.skipped if k.skip) or "no kernel"
+        skips = "; ".join(
+            f"{k.name}: {k.skip.code}, {k.skip.message}" for k in plan.skipped if k.skip
+        )
         raise UsageError(
             f"{display_path(project.manifest_path)}: no Hub variant can be built on this "
-            f"machine ({skips})"
+            f"machine ({skips or 'no kernel'})"
         )
     written = []
     for variant in variants:

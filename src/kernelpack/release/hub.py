@@ -50,10 +50,12 @@ from kernelpack.project.locate import Project
 from kernelpack.project.manifest import Manifest
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
-__all__ = ["METADATA", "Variant", "export_hub", "hub_name", "variant_digest"]
+__all__ = ["METADATA", "SIGNATURE", "Variant", "export_hub", "hub_name", "variant_digest"]
 
 #: The file `kernels` reads in each variant folder.
 METADATA = "metadata.json"
+#: Its sigstore bundle (`kernels verify-signature` checks it), written by the publishing job.
+SIGNATURE = "metadata.json.sigstore"
 _TEMP_PREFIX = ".kernelpack-export-"
 
 
@@ -74,12 +76,18 @@ def hub_name(project: Project) -> str:
 
 
 def variant_digest(folder: Path) -> dict[str, str]:
-    """Relative path -> base64 SHA-256 of every file of a variant folder but `metadata.json`
-    and bytecode: what `kernels.Digest.hash_variant(SHA256, folder)` computes."""
+    """Relative path -> base64 SHA-256 of every file of a variant folder but `metadata.json`,
+    its signature bundle and bytecode: what `kernels.Digest.hash_variant(SHA256, folder)`
+    computes (the export's test checks it against that function)."""
     files: dict[str, str] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
-        if not path.is_file() or rel.as_posix() == METADATA or "__pycache__" in rel.parts:
+        if (
+            not path.is_file()
+            or rel.as_posix() in (METADATA, SIGNATURE)
+            or "__pycache__" in rel.parts
+            or rel.suffix == ".pyc"
+        ):
             continue
         digest = hashlib.sha256(path.read_bytes()).digest()
         files[rel.as_posix()] = base64.b64encode(digest).decode("ascii")

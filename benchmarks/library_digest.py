@@ -53,7 +53,7 @@ def main() -> int:
             path = Path(tmp) / f"lib_{size}MB.so"
             path.write_bytes(os.urandom(int(size * 1024 * 1024)))
             files.append((f"{size} MB", path))
-        files += [(str(p), p) for p in args.library]
+        files += [(f"{p.parent.name}/{p.name}", p) for p in args.library]
         for label, path in files:
             ms = _time(path, args.n)
             mb = path.stat().st_size / 1024 / 1024

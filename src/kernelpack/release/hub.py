@@ -223,7 +223,6 @@ def _export_variant(
             build_dir=project.root / "build" / "kernelpack-hub" / variant.name,
             jobs=jobs,
             stream=stream,
-            environ=env,
             env_prefix=project.env_prefix,
         )
         result = engine.compile_plan(variant_plan, options)

@@ -245,6 +245,13 @@ def _kernelpack_version(given: str | None, lock: Path, locked: dict[str, str]) -
         raise UsageError(f"--kernelpack-version {given!r}: not a version") from None
 
 
+def _hub_repo(repo: str | None) -> str | None:
+    """The checked `--hub OWNER/NAME`."""
+    if repo is not None and not _HUB_REPO.fullmatch(repo):
+        raise UsageError(f"--hub {repo!r}: expected a Hub repository such as org/relu")
+    return repo
+
+
 def _major(version: str) -> int:
     try:
         return Version(version).major
@@ -356,8 +363,6 @@ class Workflow:
             known = ", ".join(machine for machine, _ in _RUNNERS)
             raise UsageError(f"--gpu-machine {gpu_machine!r}: expected one of {known}")
         tests, count = _gpu_tests(repo, gpu_runner, gpu_tests, gpu_count)
-        if hub_repo is not None and not _HUB_REPO.fullmatch(hub_repo):
-            raise UsageError(f"--hub {hub_repo!r}: expected a Hub repository such as org/relu")
         project_dir = _posix(project.root, repo)
         return cls(
             project_dir=project_dir,
@@ -388,7 +393,7 @@ class Workflow:
             dist=project.dist_name,
             publish=_publish(publish),
             default_label=_default_label(default_label or project.settings.release.default),
-            hub_repo=hub_repo,
+            hub_repo=_hub_repo(hub_repo),
             hub_version=_major(project.version),
         )
 

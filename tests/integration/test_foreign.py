@@ -203,6 +203,7 @@ def test_other_backends_are_in_the_record_as_skipped(relu: Built) -> None:
     assert reason is not None and reason.code == "platform-excluded"
 
 
+@SLOW
 def test_cpu_kernels_build_into_the_cpu_library_with_the_host_compiler(relu: Built) -> None:
     cpu = relu.result.record.kernels[buildtoml.CPU_KERNEL]
     assert isinstance(cpu, BuiltKernel)

@@ -128,7 +128,7 @@ def test_a_skipped_librarys_stand_in_raises_with_the_builds_reason(root: Path) -
     (folder / "k" / "__init__.py").write_text("from . import _C\n")
     reason = Reason("platform-excluded", "platforms = [aarch64] excludes x86_64")
     spec = KernelSpec(
-        name="k", folder=folder / "k", ops="ns", sources=(folder / "k" / "k.cpp",), arch={}
+        name="k", folder=folder / "k", namespace="ns", sources=(folder / "k" / "k.cpp",), arch={}
     )
     plan = KernelPlan(spec=spec, skip=reason)
     stub = folder / unavailable_stub_path(plan, folder)

@@ -267,7 +267,7 @@ def _variant_plan(plan: BuildPlan, variant: Variant, kernel_id: str) -> BuildPla
     for kernel in plan.kernels:
         if is_build_toml and kernel.name in libraries and kernel.name not in chosen:
             continue  # the other backend's library: another variant
-        spec = replace(kernel.spec, ops=kernel_id)
+        spec = replace(kernel.spec, namespace=kernel_id)
         if is_build_toml and kernel.name in libraries:
             spec = replace(spec, module=kernel_id)
         kernels.append(replace(kernel, spec=spec))

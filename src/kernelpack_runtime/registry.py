@@ -261,6 +261,29 @@ class Registry:
         reason = first_reason(kernel, entry, self._context)
         if reason is not None or not isinstance(entry, BuiltKernel):
             return reason
+        return self._import(kernel, entry, record)
+
+    def import_library(self, kernel: str) -> Reason | None:
+        """Import built `kernel`'s library even where it cannot run (no device, another
+        arch), as a package whose import registers its ops does: its library is still
+        checked (present, whole, the recorded file and digest, its namespace free) first.
+        None when imported; the reason otherwise (`not-built` for a skipped kernel)."""
+        with self._lock:
+            record = self.record
+            entry = record.kernels.get(kernel) if record is not None else None
+            if record is None or not isinstance(entry, BuiltKernel):
+                return self.unavailable_reason(kernel) or Reason(
+                    "not-built", f"{self.package}: {kernel!r} was not built"
+                )
+            if self._context is None:
+                self._context = Context(
+                    record, probe=self._probe or device.default_probe, read_torch=self._read_torch
+                )
+            return self._import(kernel, entry, record)
+
+    def _import(self, kernel: str, entry: BuiltKernel, record: BuildRecord) -> Reason | None:
+        if kernel in self._modules:
+            return None
         location = self.location
         if location is None:
             return Reason("load-failed", f"package {self.package!r} is not installed")
@@ -371,19 +394,23 @@ def load_first(package: str, kernels: tuple[str, ...]) -> str:
     """Load the first of `kernels` usable here; return its recorded op namespace.
 
     For a package with one library per backend (a `build.toml` project's CUDA and CPU
-    builds, CUDA first). None usable: `KernelUnavailableError` with the reason of the first
-    kernel the build built (else of the first kernel).
+    builds, CUDA first). None usable: the first one built is imported all the same (its ops
+    registered, as a kernel-builder package's are on a machine without a GPU); none built, or
+    its library unfit to open: `KernelUnavailableError` with the reason.
     """
     registry = registry_for(package)
     record = registry.record
+    recorded = record.kernels if record is not None else {}
     for kernel in kernels:
         if registry.is_available(kernel):
             registry.load(kernel)
-            entry = record.kernels[kernel] if record is not None else None
-            if entry is not None and entry.namespace:
-                return entry.namespace
-    built = [
-        k for k in kernels if record is not None and k in record.kernels and record.kernels[k].built
-    ]
-    first = (built or list(kernels))[0]
-    raise_unavailable(package, first)
+            return recorded[kernel].namespace or kernel
+    built = [k for k in kernels if k in recorded and recorded[k].built]
+    if built:
+        # Not usable here (no device, another arch): the package still imports and its ops
+        # exist, as a kernel-builder package's do; calling one says what torch says.
+        reason = registry.import_library(built[0])
+        if reason is None:
+            return recorded[built[0]].namespace or built[0]
+        raise KernelUnavailableError(built[0], reason)
+    raise_unavailable(package, kernels[0])

@@ -94,10 +94,18 @@ class PackageStatus:
         ]
 
     def to_json(self) -> dict[str, Any]:
+        from kernelpack_runtime.digest import VERIFY_VARIABLE, verification_enabled
+
+        verify = verification_enabled()
         return {
             "package": self.package,
             "version": self.version,
             "kernels": {kernel.name: kernel.to_json() for kernel in self.kernels},
+            # load() checks each library against its recorded SHA-256 unless turned off
+            "verify_libraries": {
+                "enabled": verify,
+                "reason": None if verify else f"{VERIFY_VARIABLE}=0",
+            },
         }
 
 

@@ -32,6 +32,7 @@ from kernelpack.cli import main
 from kernelpack.project import buildtoml
 from kernelpack.project.locate import locate
 from kernelpack_runtime.arch import Arch
+from kernelpack_runtime.record import BuiltKernel
 
 pytestmark = pytest.mark.integration
 #: The classic-ABI (`torch/extension.h`) and CUTLASS builds: minutes each on 2 cores.
@@ -197,10 +198,21 @@ def test_other_backends_are_in_the_record_as_skipped(relu: Built) -> None:
         "relu_xpu",
         "relu_metal",
         "relu_rocm",
-        "relu_cpu",
     }
     reason = kernels["relu_metal"].reason
     assert reason is not None and reason.code == "platform-excluded"
+
+
+@SLOW
+def test_cpu_kernels_build_into_the_cpu_library_with_the_host_compiler(relu: Built) -> None:
+    cpu = relu.result.record.kernels[buildtoml.CPU_KERNEL]
+    assert isinstance(cpu, BuiltKernel)
+    assert cpu.backend == "cpu" and cpu.archs == ()
+    cuda = relu.result.record.kernels[buildtoml.KERNEL]
+    assert cpu.namespace == f"{cuda.namespace}_cpu"
+    compiled = {step.output: step.tool for step in relu.result.compiled}
+    cpu_steps = {out: tool for out, tool in compiled.items() if "/_ops_cpu/" in out}
+    assert cpu_steps and set(cpu_steps.values()) == {"c++"}  # no nvcc, one graph
 
 
 def test_wheel_holds_the_package_generated_ops_py_and_the_library(relu_stable: Built) -> None:
@@ -235,11 +247,18 @@ def test_wheel_installs_loads_its_ops_and_reports_on_cpu(
     built: Built = request.getfixturevalue(name)
     _install(fresh_venv, built.wheel)
     report = _report(fresh_venv / "bin" / "python", package, tmp_path)
-    namespace = built.result.record.kernels[buildtoml.KERNEL].namespace
-    assert report["ops"] == [f"{namespace}::{op}"]
+    kernels = built.result.record.kernels
+    namespace = kernels[buildtoml.KERNEL].namespace
     status = report["status"]
     assert isinstance(status, dict)
     assert status[buildtoml.KERNEL].startswith("no-device: ")
+    if buildtoml.CPU_KERNEL in kernels:
+        # No GPU: `_ops.py` loads the CPU library, usable here.
+        assert report["ops"] == [f"{namespace}_cpu::{op}"]
+        assert status[buildtoml.CPU_KERNEL] == "available"
+    else:
+        # Only a CUDA library: it is imported all the same and its ops are registered.
+        assert report["ops"] == [f"{namespace}::{op}"]
     assert "site-packages" in str(report["file"])
 
 

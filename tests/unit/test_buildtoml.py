@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fakes.projects import write_tree
 from fakes.values import make_toolchain
+from packaging.version import Version
 
 from kernelpack.errors import ManifestError
 from kernelpack.plan import Selection, decide
@@ -195,6 +196,59 @@ def test_cuda_minver_and_maxver_bound_the_toolkit(tmp_path: Path) -> None:
     assert str(library.max_cuda) == "12.9"
     skip = decide(manifest, make_toolchain()).kernel(buildtoml.KERNEL).skip
     assert skip is not None and skip.code == "cuda-mismatch" and "12.9" in skip.message
+
+
+@pytest.mark.parametrize(
+    ("bounds", "torch", "skipped"),
+    [
+        ('minver = "2.15"', "2.14.1", "needs torch >= 2.15 ([torch].minver)"),
+        ('maxver = "2.12"', "2.14.1", "needs torch <= 2.12 ([torch].maxver)"),
+        ('minver = "2.12"\nmaxver = "2.14"', "2.14.1", None),
+        ('maxver = "2.12"', "2.12.0", None),
+    ],
+)
+def test_torch_bounds_skip_the_libraries_outside_them(
+    tmp_path: Path, bounds: str, torch: str, skipped: str | None
+) -> None:
+    text = MINIMAL.replace("[torch]\n", f"[torch]\n{bounds}\n")
+    manifest = buildtoml.load(make_project(tmp_path, text))
+    toolchain = make_toolchain(torch_version=Version(torch))
+    kernel = decide(manifest, toolchain).kernel(buildtoml.KERNEL)
+    if skipped is None:
+        assert kernel.skip is None or kernel.skip.code != "platform-excluded"
+    else:
+        assert kernel.skip is not None and kernel.skip.code == "platform-excluded"
+        assert skipped in kernel.skip.message and torch in kernel.skip.message
+
+
+def test_a_torch_outside_the_bounds_is_an_error_under_require(tmp_path: Path) -> None:
+    text = MINIMAL.replace("[torch]\n", '[torch]\nmaxver = "2.12"\n')
+    manifest = buildtoml.load(make_project(tmp_path, text))
+    plan = decide(manifest, make_toolchain(), Selection(require=True))
+    problems = plan.problems()
+    assert len(problems) == 1 and "([torch].maxver)" in problems[0]
+
+
+def test_maxver_below_minver_is_an_error(tmp_path: Path) -> None:
+    text = MINIMAL.replace("[torch]\n", '[torch]\nminver = "2.12"\nmaxver = "2.11"\n')
+    assert "[torch].maxver" in _error(tmp_path, text)
+
+
+def test_the_hub_variant_never_claims_an_excluded_torch(tmp_path: Path) -> None:
+    from kernelpack.release import hub
+
+    stable = MINIMAL.replace("[torch]\n", '[torch]\nstable-abi = "2.11"\n')
+    for extra, expected in (
+        ("", "torch-stable-abi211-cu130-x86_64-linux"),
+        # the stable name would claim every torch >= 2.11, the project stops at 2.14
+        ('maxver = "2.14"\n', "torch214-cxx11-cu130-x86_64-linux"),
+    ):
+        text = stable.replace("[torch]\n", f"[torch]\n{extra}")
+        manifest = buildtoml.load(make_project(tmp_path, text))
+        toolchain = make_toolchain()
+        plan = decide(manifest, toolchain)
+        kernel = plan.kernel(buildtoml.KERNEL)
+        assert hub._variant_name(plan, (kernel,), "cuda") == expected
 
 
 def test_noarch_project_builds_nothing_and_generates_ops_py(tmp_path: Path) -> None:

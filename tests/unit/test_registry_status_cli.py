@@ -69,7 +69,17 @@ def test_json_has_the_documented_shape(
                 "abi": None,
             },
         },
+        "verify_libraries": {"enabled": True, "reason": None},
     }
+
+
+def test_json_says_when_library_digests_are_not_checked(
+    package: Path, no_gpu: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELPACK_VERIFY", "0")
+    assert main(["status", package.name, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verify_libraries"] == {"enabled": False, "reason": "KERNELPACK_VERIFY=0"}
 
 
 def test_json_reason_is_null_for_an_available_kernel(

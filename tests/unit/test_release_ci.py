@@ -345,3 +345,34 @@ def _step_env(text: str, job: str, step: str) -> dict[str, str]:
     steps = yaml.safe_load(text)["jobs"][job]["steps"]
     env: dict[str, str] = next(s for s in steps if s.get("name") == step)["env"]
     return env
+
+
+def test_hub_exports_in_each_build_and_a_release_signs_and_uploads_it(repo: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    text = _write("--hub", "org/my-ops")
+    jobs = yaml.safe_load(text)["jobs"]
+    build_steps = [step.get("run", "") for step in jobs["build"]["steps"]]
+    assert '/opt/kernels/bin/kernelpack export --hub hub "$KERNEL_PROJECT"' in build_steps
+    hub = jobs["hub"]
+    assert hub["needs"] == "build" and hub["if"] == "${{ inputs.release_tag }}"
+    # sigstore signs with the workflow's own GitHub OIDC identity: no key, only id-token
+    assert hub["permissions"] == {"contents": "read", "id-token": "write"}
+    runs = "\n".join(step.get("run", "") for step in hub["steps"])
+    assert 'sign --bundle "$metadata.sigstore" "$metadata"' in runs
+    assert 'upload "$HUB_REPO" hub/build build --repo-type kernel --revision "$HUB_BRANCH"' in runs
+    env = hub["steps"][-1]["env"]
+    assert env["HUB_REPO"] == "org/my-ops" and env["HUB_BRANCH"] == "v0"
+    assert env["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+
+
+def test_without_hub_there_is_no_hub_job(repo: Path) -> None:
+    text = _write()
+    assert "\n  hub:\n" not in text and "kernelpack export" not in text
+
+
+@pytest.mark.parametrize("repo_id", ["my-ops", "org/", "org/my ops", "a/b/c"])
+def test_a_bad_hub_repository_exits_2(
+    repo: Path, repo_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ci", "deps/my-ops", "--hub", repo_id]) == 2
+    assert "--hub" in capsys.readouterr().err

@@ -240,3 +240,26 @@ def test_an_unknown_channel_is_refused(
     assert main(["new", "deps/my-ops", "--kernel", "scale"]) == 0
     assert main(["ci", "deps/my-ops", "--publish", "pypi,s3"]) == 2
     assert "--publish 'pypi,s3'" in capsys.readouterr().err
+
+
+def test_the_hub_job_passes_actionlint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    files = []
+    for abi, submodule in itertools.product(("stable", "torch"), (False, True)):
+        repo = tmp_path / f"hub-{abi}-{submodule}"
+        repo.mkdir()
+        os.chdir(repo)
+        assert main(["new", "deps/my-ops", "--kernel", "scale", "--abi", abi]) == 0
+        if submodule:
+            (repo / ".gitmodules").write_text(
+                '[submodule "deps/my-ops"]\n\tpath = deps/my-ops\n'
+                "\turl = https://example.com/x.git\n"
+            )
+        for i, gpu in enumerate(([], ["--gpu-runner", "linux-gpu-h100"])):
+            out = Path(f".github/workflows/hub_{i}.yaml")
+            assert main(["ci", "deps/my-ops", "--out", str(out), "--hub", "org/my-ops", *gpu]) == 0
+            files.append(repo / out)
+    capsys.readouterr()
+    assert _lint(files) == []

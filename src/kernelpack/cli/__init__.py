@@ -30,6 +30,7 @@ _VERBS = (
     "new",
     "migrate",
     "index",
+    "export",
     "pin",
     "contract",
     "bazel",

@@ -136,6 +136,13 @@ def _release_options(parser: argparse.ArgumentParser) -> None:
         "or none (default: pypi,pages)",
     )
     parser.add_argument(
+        "--hub",
+        metavar="OWNER/NAME",
+        help="also export the Hugging Face Hub layout in each build, and on a release sign "
+        "each variant's metadata.json (sigstore, this workflow's GitHub OIDC identity) and "
+        "upload it to this Hub kernel repository (secret HF_TOKEN)",
+    )
+    parser.add_argument(
         "--default",
         metavar="LABEL",
         help="the variant PyPI gets (default: [tool.kernelpack.release] default, else the "
@@ -170,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         kernelpack=args.kernelpack_version,
         publish=args.publish,
         default_label=args.default,
+        hub_repo=args.hub,
     )
     text = workflow.text()
     out: Path = args.out

@@ -54,9 +54,11 @@ __all__ = [
     "DEFAULT_CUDA",
     "DEFAULT_OUT",
     "HEADER",
+    "HUGGINGFACE_HUB_VERSION",
     "PUBLISH",
     "SCCACHE_ACTION",
     "SCCACHE_VERSION",
+    "SIGSTORE_VERSION",
     "Workflow",
     "gitlinks",
     "gpu_count_of",
@@ -82,6 +84,12 @@ PUBLISH = ("pypi", "pages")
 #: The action that installs sccache (and exposes the GitHub cache to it), and sccache's version.
 SCCACHE_ACTION = "mozilla-actions/sccache-action@v0.0.9"
 SCCACHE_VERSION = "v0.16.0"
+
+#: The sigstore client and the Hub client the `hub` job runs (`uvx`), pinned.
+SIGSTORE_VERSION = "4.5.1"
+HUGGINGFACE_HUB_VERSION = "2.4.0"
+
+_HUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 #: (machine, GitHub-hosted runner): native builds, no cross-compiling of Python extensions.
 _RUNNERS = (("x86_64", "ubuntu-24.04"), ("aarch64", "ubuntu-24.04-arm"))
@@ -237,6 +245,20 @@ def _kernelpack_version(given: str | None, lock: Path, locked: dict[str, str]) -
         raise UsageError(f"--kernelpack-version {given!r}: not a version") from None
 
 
+def _hub_repo(repo: str | None) -> str | None:
+    """The checked `--hub OWNER/NAME`."""
+    if repo is not None and not _HUB_REPO.fullmatch(repo):
+        raise UsageError(f"--hub {repo!r}: expected a Hub repository such as org/relu")
+    return repo
+
+
+def _major(version: str) -> int:
+    try:
+        return Version(version).major
+    except InvalidVersion:
+        return 0
+
+
 def _posix(path: Path, repo: Path) -> PurePosixPath:
     relative = os.path.relpath(path.resolve(), repo.resolve())
     if relative == ".." or relative.startswith("../"):
@@ -290,6 +312,11 @@ class Workflow:
     """Release channels the workflow publishes (a subset of `PUBLISH`); empty: none."""
     default_label: str | None = None
     """The variant PyPI gets (`--default`, else `[tool.kernelpack.release] default`)."""
+    hub_repo: str | None = None
+    """A Hugging Face Hub kernel repository (`owner/name`): each build also exports the Hub
+    layout; a release signs and uploads it (none: no Hub job)."""
+    hub_version: int = 1
+    """The kernel's major version: the Hub branch `v<N>` that `get_kernel(version=N)` reads."""
 
     @classmethod
     def of(
@@ -314,6 +341,7 @@ class Workflow:
         kernelpack: str | None = None,
         publish: str = ",".join(PUBLISH),
         default_label: str | None = None,
+        hub_repo: str | None = None,
     ) -> Workflow:
         """Describe the workflow for `project` in repository `repo`; `UsageError` for bad input.
 
@@ -365,6 +393,8 @@ class Workflow:
             dist=project.dist_name,
             publish=_publish(publish),
             default_label=_default_label(default_label or project.settings.release.default),
+            hub_repo=_hub_repo(hub_repo),
+            hub_version=_major(project.version),
         )
 
     @property
@@ -504,6 +534,20 @@ class Workflow:
     def _require(self) -> str:
         return yaml.env_name(f"{self.env_prefix}_KERNELS_REQUIRE", what="the env prefix")
 
+    def _hub_build_steps(self) -> str:
+        return "" if self.hub_repo is None else _HUB_BUILD.template
+
+    def _hub(self) -> str:
+        if self.hub_repo is None:
+            return ""
+        return _HUB.substitute(
+            needs="[build, smoke]" if self.gpu_runner else "build",
+            repo=yaml.string(self.hub_repo, what="the Hub repository"),
+            branch=yaml.string(f"v{self.hub_version}"),
+            sigstore=SIGSTORE_VERSION,
+            huggingface_hub=HUGGINGFACE_HUB_VERSION,
+        )
+
     def text(self) -> str:
         """The workflow file."""
         paths = "".join(f"\n      - {yaml.string(path, what='a path')}" for path in self.paths)
@@ -533,6 +577,8 @@ class Workflow:
             project=yaml.string(str(self.project_dir), what="the project folder"),
             smoke=self._smoke(submodules),
             publish_needs="[build, smoke]" if self.gpu_runner else "build",
+            hub_build=self._hub_build_steps(),
+            hub=self._hub(),
         ) + self._channels(submodules)
 
 
@@ -580,6 +626,52 @@ def _gpu_tests(
         raise UsageError(f"--gpu-tests {tests}: {why}")
     return relative, count
 
+
+_HUB_BUILD = _Template("""
+      - name: Export the Hugging Face Hub layout
+        run: /opt/kernels/bin/kernelpack export --hub hub "$KERNEL_PROJECT"
+      - uses: actions/upload-artifact@v4
+        with:
+          name: hub-${{ matrix.machine }}-py${{ matrix.python }}-torch${{ matrix.torch }}
+          path: hub/
+          if-no-files-found: error""")
+
+_HUB = _Template("""
+  hub:
+    # On a release: sign each variant's metadata.json with sigstore (this workflow's GitHub
+    # OIDC identity, which `kernels verify-signature` checks, as kernels-community does), then
+    # upload build/ to the Hub kernel repository's branch that get_kernel(version=N) reads.
+    needs: %needs
+    if: ${{ inputs.release_tag }}
+    runs-on: ubuntu-latest
+    permissions:
+      contents: read
+      id-token: write
+    steps:
+      - uses: actions/download-artifact@v4
+        with:
+          pattern: hub-*
+          path: hub
+          merge-multiple: true
+      - uses: astral-sh/setup-uv@v6
+      - name: Sign each variant's metadata.json (sigstore, GitHub OIDC)
+        run: |
+          for metadata in hub/build/*/metadata.json; do
+            uvx "sigstore==%sigstore" sign --bundle "$metadata.sigstore" "$metadata"
+          done
+      - name: Upload to the Hub
+        env:
+          HF_TOKEN: ${{ secrets.HF_TOKEN }}
+          HUB_REPO: %repo
+          HUB_BRANCH: %branch
+          TAG: ${{ inputs.release_tag }}
+        run: |
+          hf() { uvx --from "huggingface_hub==%huggingface_hub" hf "$@"; }
+          hf repos create "$HUB_REPO" --repo-type kernel --exist-ok
+          hf repos branch create "$HUB_REPO" "$HUB_BRANCH" --repo-type kernel --exist-ok
+          hf upload "$HUB_REPO" hub/build build --repo-type kernel --revision "$HUB_BRANCH" \\
+            --commit-message "kernelpack build of $TAG"
+""")
 
 _SMOKE_CHECKOUT = _Template("""
       - uses: actions/checkout@v4
@@ -707,8 +799,8 @@ jobs:
         with:
           name: wheels-${{ matrix.machine }}-py${{ matrix.python }}-torch${{ matrix.torch }}
           path: dist/*.whl
-          if-no-files-found: error
-%smoke
+          if-no-files-found: error%hub_build
+%smoke%hub
   publish:
     needs: %publish_needs
     runs-on: ubuntu-latest

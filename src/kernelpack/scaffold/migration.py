@@ -111,6 +111,11 @@ def plan(project: Project) -> Migration:
         )
     facts = buildtoml.read(project.manifest_path)
     manifest = project.load_manifest()
+    if buildtoml.KERNEL not in manifest.names:
+        raise UsageError(
+            f"{display_path(project.manifest_path)}: declares no CUDA kernel; kernelpack "
+            "migrate moves a project's CUDA library (build its CPU kernels from build.toml)"
+        )
     library = manifest.kernel(buildtoml.KERNEL)
     root = project.root
     kernel_dir = project.package_dir / buildtoml.KERNEL
@@ -129,6 +134,12 @@ def plan(project: Project) -> Migration:
         for spec in manifest.kernels
         if spec.skip is not None and spec.name != buildtoml.KERNEL
     ]
+    if buildtoml.CPU_KERNEL in manifest.names:
+        cpu = manifest.kernel(buildtoml.CPU_KERNEL)
+        notes.append(
+            f"the CPU library ({cpu.description}) is not carried over; add a kernel with "
+            'backend = "cpu" to kernels.toml for it'
+        )
     if library.max_cuda is not None:
         notes.append(
             f"[general.cuda].maxver = {library.max_cuda} has no kernels.toml key and is dropped"

@@ -28,7 +28,11 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 
 hubsite=$work/hubsite
 "$py" -m pip install -q --no-index --find-links "$wheels" --no-compile --target "$hubsite" \
-  kernels nvidia-cutlass pyelftools pyproject-metadata auditwheel wheel 2>&1 | tee "$out/install.log"
+  kernels 2>&1 | tee "$out/install.log"
+# Headers and build helpers only: nvidia-cutlass's own Python dependencies are not needed.
+"$py" -m pip install -q --no-index --no-deps --find-links "$wheels" --no-compile --upgrade \
+  --target "$hubsite" nvidia-cutlass pyelftools pyproject-metadata auditwheel wheel 2>&1 \
+  | tee -a "$out/install.log"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$hubsite
 "$py" -c 'import kernels, torch; print("kernels", kernels.__version__, "torch", torch.__version__)' \
   2>&1 | tee -a "$out/install.log"

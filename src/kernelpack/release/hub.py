@@ -264,10 +264,14 @@ def _variant_plan(plan: BuildPlan, variant: Variant, kernel_id: str) -> BuildPla
     is_build_toml = manifest.path.name == buildtoml.BUILD_TOML
     libraries = {buildtoml.KERNEL, buildtoml.CPU_KERNEL}
     kernels: list[KernelPlan] = []
+    # Kernels of a kernels.toml package each register their own ops (llm_ops' rmsnorm and
+    # silu_mul both define `forward`): one namespace each, under the build's id.
+    shared = is_build_toml or len(plan.kernels) == 1
     for kernel in plan.kernels:
         if is_build_toml and kernel.name in libraries and kernel.name not in chosen:
             continue  # the other backend's library: another variant
-        spec = replace(kernel.spec, namespace=kernel_id)
+        namespace = kernel_id if shared else f"{kernel_id}_{kernel.name}"
+        spec = replace(kernel.spec, namespace=namespace)
         if is_build_toml and kernel.name in libraries:
             spec = replace(spec, module=kernel_id)
         kernels.append(replace(kernel, spec=spec))

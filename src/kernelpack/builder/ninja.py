@@ -206,7 +206,8 @@ def pending(build_dir: Path, env: Mapping[str, str]) -> tuple[Step, ...] | None:
         return None
     if proc.returncode != 0:
         return None
-    matches = (_STATUS_RE.match(line) for line in proc.stdout.splitlines())
+    # split("\n"), not splitlines(): that also splits at the prefix's \x1e.
+    matches = (_STATUS_RE.match(line.rstrip("\r")) for line in proc.stdout.split("\n"))
     return tuple(Step(m.group(3), m.group(4), 0.0) for m in matches if m is not None)
 
 

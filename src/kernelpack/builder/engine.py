@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import graph, install, memory, modinit, symbols
+from kernelpack.builder import clangd, graph, install, memory, modinit, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
@@ -303,6 +303,9 @@ def _run_in(
         for e in ninja_runner.compdb(build_dir, cache.env)
     ]
     _write_compdb(build_dir, entries)
+    linked = clangd.link(build_dir)
+    if linked is not None:
+        _say(options, f"kernelpack: linked {linked} for clangd (the build's database)")
     return _run_ninja(
         build_dir,
         libraries,

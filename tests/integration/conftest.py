@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llm_ops"
 
 
 @pytest.fixture(scope="session")
+@compiles("the llm_ops wheel")
 def llm_ops_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """examples/llm_ops built with the real nvcc into its stable-ABI wheel, once."""
     if shutil.which("nvcc") is None:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from elftools.elf.elffile import ELFFile
 
 from kernelpack.builder import engine, install
@@ -64,6 +65,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+@compiles("kpdemo in place (cold cache)")
 def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> tuple[Path, BuildResult]:
     """kpdemo copied out of the source tree and built in place once (cold ccache)."""
     root = tmp_path_factory.mktemp("built") / "kpdemo"

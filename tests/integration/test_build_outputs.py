@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 from kernelpack.builder import engine, install, memory
 from kernelpack.builder.ninja import ninja_binary
@@ -45,6 +46,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@compiles("kpdemo in place")
 def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("outputs") / "kpdemo"
     shutil.copytree(PACKAGE, root, ignore=IGNORE)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from elftools.elf.elffile import ELFFile
 
 pytestmark = pytest.mark.integration
@@ -152,6 +153,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@compiles("kpdemo in place")
 def built(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
     """kpdemo copied out of the source tree and built in place once."""
     root = tmp_path_factory.mktemp("interrupt") / "kpdemo"

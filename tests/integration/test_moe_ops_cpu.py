@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +36,7 @@ def _has_gpu() -> bool:
 
 
 @pytest.fixture(scope="module")
+@compiles("the moe_ops wheel (CUTLASS)")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")

@@ -24,6 +24,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
@@ -75,6 +76,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+@compiles("kpdemo")
 def built_root(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
     """kpdemo, copied and compiled once (its build folder then serves every wheel)."""
     root = _copy(tmp_path_factory.mktemp("relsrc") / "kpdemo")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from buildlog import compiles
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +99,7 @@ def ask(
 
 
 @pytest.fixture(scope="session")
+@compiles("kpdemo in place")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """kpdemo, copied out of the source tree and built in place."""
     root = tmp_path_factory.mktemp("runtime") / "kpdemo"
@@ -423,6 +425,7 @@ def _stock_package(root: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+@compiles("two packages registering torch.ops._C")
 def stock_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two packages whose `relu` libraries both register `torch.ops._C` (built for real)."""
     base = tmp_path_factory.mktemp("stock")

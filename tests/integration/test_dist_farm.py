@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 from kernelpack.builder import engine
 from kernelpack.errors import UsageError
@@ -104,6 +105,7 @@ def _marked(mark: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@compiles("llm_ops locally and through the farm")
 def builds(farm: LocalFarm, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """llm_ops built locally in one folder and through the farm in another."""
     local_root = _clone(tmp_path_factory.mktemp("local") / "llm_ops")

@@ -1,12 +1,26 @@
 """Shared test setup. Its presence puts `tests/` on `sys.path` (pytest's default import mode),
-so tests import the shared fakes as `from fakes import ...`."""
+so tests import the shared fakes as `from fakes import ...` (and `from buildlog import
+compiles`, whose lines the hook below writes)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from buildlog import ATTRIBUTE, announced
 from fakes.nvml import build_fake_nvml
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    what = getattr(fixturedef.func, ATTRIBUTE, None)
+    if what is None:
+        return (yield)
+    with announced(request.config, what, f"fixture {fixturedef.argname}"):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

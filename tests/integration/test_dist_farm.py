@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 from kernelpack.builder import engine
 from kernelpack.errors import UsageError
@@ -29,8 +30,13 @@ from kernelpack.project.locate import locate
 from kernelpack.toolchain.launcher import cache as compiler_cache
 
 REPO = Path(__file__).resolve().parents[2]
+# benchmarks/ holds localfarm, and a kernels.py that must not shadow the `kernels` package of
+# the Hub tests: on sys.path only for this import.
 sys.path.insert(0, str(REPO / "benchmarks"))
-from localfarm import LocalFarm, unavailable  # noqa: E402
+try:
+    from localfarm import LocalFarm, unavailable
+finally:
+    sys.path.remove(str(REPO / "benchmarks"))
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +110,7 @@ def _marked(mark: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@compiles("llm_ops locally and through the farm")
 def builds(farm: LocalFarm, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """llm_ops built locally in one folder and through the farm in another."""
     local_root = _clone(tmp_path_factory.mktemp("local") / "llm_ops")

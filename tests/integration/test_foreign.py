@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from builds import build_env
 
 from kernelpack.backend.wheel import write_wheel
@@ -76,18 +77,21 @@ def _build(source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None)
 
 
 @pytest.fixture(scope="session")
+@compiles("kernel-builder relu")
 def relu(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     base = tmp_path_factory.mktemp("relu")
     return _build(EXAMPLES / "relu", base, ccache_dir, pyproject=FAST_ARCH)
 
 
 @pytest.fixture(scope="session")
+@compiles("kernel-builder relu-torch-stable-abi")
 def relu_stable(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     base = tmp_path_factory.mktemp("relu_stable")
     return _build(EXAMPLES / "relu-torch-stable-abi", base, ccache_dir, pyproject=FAST_ARCH)
 
 
 @pytest.fixture(scope="session")
+@compiles("kernel-builder cutlass-gemm")
 def cutlass_gemm(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     if importlib_find("cutlass_library") is None:
         pytest.skip("CUTLASS headers not installed (pip install --no-deps nvidia-cutlass)")
@@ -96,6 +100,7 @@ def cutlass_gemm(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> 
 
 
 @pytest.fixture(scope="session")
+@compiles("prime-kernels")
 def prime(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     base = tmp_path_factory.mktemp("prime")
     root = base / "prime-kernels"

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +30,7 @@ def _kernelpack(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
+@compiles("a `kernelpack new` package in place")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from buildlog import compiles
 from builds import copy_package
 
 from kernelpack.builder import engine, install
@@ -208,6 +209,7 @@ def _machine(checkout: Path, env: dict[str, str]) -> Machine:
 
 
 @pytest.fixture(scope="module")
+@compiles("llm_ops and kpdemo through sccache (cold, redis+s3)")
 def machine_a(
     tmp_path_factory: pytest.TempPathFactory, sccache: str, redis_port: int, s3_port: int
 ) -> Machine:

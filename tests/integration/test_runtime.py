@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from buildlog import compiles
 from builds import BuiltPackage, copy_built
 
 pytestmark = pytest.mark.integration
@@ -419,6 +420,7 @@ def _stock_package(root: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+@compiles("two packages registering torch.ops._C")
 def stock_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two packages whose `relu` libraries both register `torch.ops._C` (built for real)."""
     base = tmp_path_factory.mktemp("stock")

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 
 from kernelpack.backend import _editable_hook as hook
 from kernelpack.backend import editable
+from kernelpack.builder.ninja import Step
 from kernelpack.project.locate import locate
 from kernelpack.toolchain.environment import BuildEnvironment
 
@@ -111,8 +114,55 @@ def test_failure_message_carries_the_error_and_the_compiler_lines() -> None:
     }
     assert hook._failure("kpx", outcome, "") == (
         "kernelpack: rebuilding kpx failed: kernel 'k': csrc/k.cu failed to compile: "
-        "k.cu(3): error: boom\n  k.cu(3): error: boom\n    int x = ;"
+        "k.cu(3): error: boom\n  k.cu(3): error: boom\n    int x = ;\n"
+        "(KERNELPACK_EDITABLE_VERBOSE=1 shows the whole build as it runs)"
     )
+
+
+def test_starting_line_names_the_kernels_and_counts_their_compiles() -> None:
+    steps = [
+        Step("nvcc", "obj/rmsnorm/csrc/rmsnorm.cu.o", 0.0),
+        Step("c++", "obj/rmsnorm/csrc/binding.cpp.o", 0.0),
+        Step("nvcc", "obj/silu/csrc/silu.cu.o", 0.0),
+        Step("link", "lib/rmsnorm/_C.abi3.so", 0.0),
+    ]
+    assert editable.starting_line(steps) == "kernelpack: rebuilding rmsnorm, silu (3 files)…"
+    assert editable.starting_line(steps[2:3]) == "kernelpack: rebuilding silu (1 file)…"
+
+
+def _fake_rebuild(tmp_path: Path, stderr: str, stdout: str) -> str:
+    """An interpreter stand-in that prints what a rebuild prints, whatever it is asked."""
+    script = tmp_path / "python"
+    script.write_text(
+        f"#!/bin/sh\nprintf %s {shlex.quote(stderr)} >&2\necho {shlex.quote(stdout)}\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_rebuild_shows_its_starting_line_and_then_the_result(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(hook.VERBOSE, raising=False)
+    python = _fake_rebuild(
+        tmp_path,
+        "kernelpack: rebuilding k (1 file)…\ncompiler chatter\n",
+        json.dumps({"ok": True, "compiled": {"k": 1}}),
+    )
+    hook.EditableFinder("kpx", "/root", str(tmp_path), python, "ninja", {}).rebuild()
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == "kernelpack: rebuilding k (1 file)…"
+    assert re.fullmatch(r"kernelpack: rebuilt k \(1 file, \d+\.\d s\)", lines[1])
+    assert len(lines) == 2
+
+
+def test_rebuild_that_compiled_nothing_prints_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(hook.VERBOSE, raising=False)
+    python = _fake_rebuild(tmp_path, "", json.dumps({"ok": True, "compiled": {}}))
+    hook.EditableFinder("kpx", "/root", str(tmp_path), python, "ninja", {}).rebuild()
+    assert capfd.readouterr().err == ""
 
 
 def test_failure_without_kernelpack_says_to_install_without_isolation() -> None:

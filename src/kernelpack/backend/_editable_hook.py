@@ -10,9 +10,10 @@ The check is cheap, so an unchanged tree costs a few milliseconds: the stamp the
 wrote (size and mtime of the manifest, `pyproject.toml`, the build record, the installed
 libraries and the source folders) and `ninja -n` on the build folder (sources, headers
 through the depfiles, command lines). When anything changed, `python -m
-kernelpack.backend.editable` rebuilds with the settings of the install, prints
-`kernelpack: rebuilt rmsnorm (1 file, 2.1 s)` when it compiled something, and a failure
-raises `ImportError` carrying the compiler's first error lines.
+kernelpack.backend.editable` rebuilds with the settings of the install. When it compiles
+something, two lines go to stderr: `kernelpack: rebuilding rmsnorm (1 file)…` as it starts
+and `kernelpack: rebuilt rmsnorm (1 file, 2.1 s)` when it is done; nothing when nothing
+changed. A failure raises `ImportError` carrying the compiler's first error lines.
 
 `KERNELPACK_EDITABLE_SKIP` (folders, `os.pathsep`-separated, compared after resolving) turns
 the check off for those project roots; `KERNELPACK_EDITABLE_VERBOSE=1` shows the build's own
@@ -41,6 +42,8 @@ SKIP = "KERNELPACK_EDITABLE_SKIP"
 VERBOSE = "KERNELPACK_EDITABLE_VERBOSE"
 #: The stamp file in the build folder, written by every editable (re)build.
 STAMP = "editable.json"
+# How the rebuild's line about what it is compiling starts (see `editable.starting_line`).
+_STARTING = "kernelpack: rebuilding "
 
 
 class EditableFinder:
@@ -123,6 +126,7 @@ class EditableFinder:
         """Run the build; print one line when it compiled; `ImportError` when it failed."""
         import json
         import subprocess
+        import tempfile
         import time
 
         env = dict(os.environ)
@@ -133,25 +137,37 @@ class EditableFinder:
         if verbose:
             argv.append("--verbose")
         started = time.monotonic()
+        held: list[str] = []
         try:
-            proc = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=None if verbose else subprocess.PIPE,
-                text=True,
-                env=env,
-                check=False,
-            )
+            with tempfile.TemporaryFile("w+", encoding="utf-8") as stdout:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=None if verbose else subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+                # The rebuild's own line ("rebuilding ... (N files)") is shown as it comes;
+                # the rest is kept for the error message.
+                for line in proc.stderr or ():
+                    if line.startswith(_STARTING):
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                    else:
+                        held.append(line)
+                returncode = proc.wait()
+                stdout.seek(0)
+                printed = stdout.read()
         except OSError as exc:
             raise ImportError(
                 f"kernelpack: cannot rebuild {self.package}: {self.python} did not run ({exc})",
                 name=self.package,
             ) from None
         seconds = time.monotonic() - started
-        outcome = _outcome(proc.stdout)
-        if proc.returncode != 0 or outcome is None or not outcome.get("ok"):
-            raise ImportError(_failure(self.package, outcome, proc.stderr), name=self.package)
+        outcome = _outcome(printed)
+        if returncode != 0 or outcome is None or not outcome.get("ok"):
+            raise ImportError(_failure(self.package, outcome, "".join(held)), name=self.package)
         kept = outcome.get("kept")
         if kept:
             print(
@@ -209,7 +225,10 @@ def _failure(package: str, outcome: dict[str, Any] | None, stderr: str | None) -
         lines = [str(line) for line in outcome.get("compiler", [])]
         if lines:
             detail += "\n" + "\n".join(f"  {line}" for line in lines)
-    return f"kernelpack: rebuilding {package} failed: {detail}"
+    return (
+        f"kernelpack: rebuilding {package} failed: {detail}\n"
+        f"({VERBOSE}=1 shows the whole build as it runs)"
+    )
 
 
 def install(

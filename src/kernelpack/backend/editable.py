@@ -5,7 +5,8 @@
 `_<dist>_editable_hook.py` (a copy of `_editable_hook`, which holds the finder, ending in
 `install(...)` with this project's facts) and `_<dist>_editable_hook.pth`
 (`import _<dist>_editable_hook`). The finder runs `python -m kernelpack.backend.editable ROOT
---settings JSON` (this module's `main`) when anything changed; it rebuilds with the settings
+--settings JSON` (this module's `main`) when anything changed; it says on stderr what it is
+about to compile (`kernelpack: rebuilding rmsnorm (1 file)…`), rebuilds with the settings
 the install was made with (config settings and the selection variables, so a shell that sets
 other ones does not change what an import builds), installs in place, rewrites the stamp, and
 prints one JSON line for the finder: what it compiled, or the error and the compiler's first
@@ -26,7 +27,7 @@ from typing import Any
 
 from kernelpack.backend import _editable_hook as hook
 from kernelpack.builder import engine, install
-from kernelpack.builder.ninja import ninja_binary
+from kernelpack.builder.ninja import Step, ninja_binary
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import KernelpackError
 from kernelpack.plan import plan_project
@@ -44,6 +45,7 @@ __all__ = [
     "rebuild",
     "settings_for",
     "snapshot",
+    "starting_line",
     "write_stamp",
 ]
 
@@ -155,14 +157,27 @@ def write_stamp(project: Project, result: BuildResult, before: Snapshot) -> None
     write_text_atomic(build_dir / hook.STAMP, json.dumps(stamp, indent=1) + "\n")
 
 
-def _compiled(result: BuildResult) -> dict[str, int]:
+def _compiled(steps: Sequence[Step]) -> dict[str, int]:
     """Kernel -> number of files compiled (`obj/<kernel>/…`), in build order."""
     counts: dict[str, int] = {}
-    for step in result.compiled:
+    for step in steps:
         parts = step.output.split("/")
         if len(parts) > 2 and parts[0] == "obj":
             counts[parts[1]] = counts.get(parts[1], 0) + 1
     return counts
+
+
+def starting_line(steps: Sequence[Step]) -> str:
+    """`kernelpack: rebuilding rmsnorm (2 files)…`: what an import is about to compile."""
+    counts = _compiled(steps)
+    total = sum(counts.values())
+    names = ", ".join(counts) or "the libraries"
+    return f"kernelpack: rebuilding {names} ({total} {'file' if total == 1 else 'files'})…"
+
+
+def _announce(steps: tuple[Step, ...]) -> None:
+    # The finder passes this stream through as the rebuild runs (see `_editable_hook`).
+    print(starting_line(steps), file=sys.stderr, flush=True)
 
 
 def _first_error_lines(output: str) -> list[str]:
@@ -214,6 +229,7 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
             stream=sys.stderr if verbose else captured,
             output="normal" if verbose else "quiet",
             announce=settings_line,
+            on_work=_announce,
             **_options(settings),
         )
         install.install_inplace(result)
@@ -224,7 +240,7 @@ def rebuild(root: Path, settings: Mapping[str, Any], *, verbose: bool = False) -
             "error": str(exc),
             "compiler": _first_error_lines(captured.getvalue()),
         }
-    return {"ok": True, "compiled": _compiled(result)}
+    return {"ok": True, "compiled": _compiled(result.compiled)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

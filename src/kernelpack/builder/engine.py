@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import graph, install, memory, modinit, symbols
+from kernelpack.builder import clangd, graph, install, memory, modinit, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.diagnostics import Relocator
 from kernelpack.builder.flags import kernel_flags, limited_api_hex
@@ -35,6 +35,7 @@ from kernelpack.builder.outputs import (
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
+from kernelpack.toolchain.launcher import Choice as LauncherChoice
 from kernelpack.toolchain.launcher import cache as compiler_cache
 from kernelpack.toolchain.launcher import farm
 from kernelpack.toolchain.launcher.cache import CacheStats
@@ -92,6 +93,9 @@ class BuildOptions:
     """`[tool.kernelpack.release] index-url`, recorded for run-time install hints."""
     announce: Announce | None = None
     """The settings line printed before the build (not in quiet output); None: no line."""
+    on_work: Callable[[tuple[Step, ...]], None] | None = None
+    """Called once before anything compiles, with the steps the build will run (not called
+    when there is nothing to do)."""
 
 
 def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
@@ -243,7 +247,12 @@ def _compile(
         out.write(f"kernelpack: plan: {jobs} jobs; {why}\n")
     inputs.write(launcher, pools)
     env = ninja_runner.environment(plan.environment, root=inputs.root, launcher=launcher)
-    work = ninja_runner.has_work(build_dir, env)
+    pending = ninja_runner.pending(build_dir, env)
+    work = pending is None or bool(pending)
+    if pending and options.on_work is not None:
+        options.on_work(pending)
+    if work:  # the first line of a build that compiles: which launcher, and why
+        _say(options, LauncherChoice(launcher, plan.toolchain.launcher_why).line())
     # The launcher's server (sccache) lives for this ninja run only, outside its loop.
     with launcher_session(launcher, env, stream=options.stream, active=work) as cache:
         if cache.launcher != launcher:
@@ -294,6 +303,9 @@ def _run_in(
         for e in ninja_runner.compdb(build_dir, cache.env)
     ]
     _write_compdb(build_dir, entries)
+    linked = clangd.link(build_dir)
+    if linked is not None:
+        _say(options, f"kernelpack: linked {linked} for clangd (the build's database)")
     return _run_ninja(
         build_dir,
         libraries,
@@ -425,6 +437,7 @@ def build_project(
     stream: TextIO | None = None,
     output: Output = "normal",
     announce: Announce | None = None,
+    on_work: Callable[[tuple[Step, ...]], None] | None = None,
 ) -> BuildResult:
     """Plan and compile `project`'s kernels. Nothing is installed: see
     `install.install_inplace` and `kernelpack.backend.wheel`."""
@@ -444,6 +457,7 @@ def build_project(
         env_prefix=project.env_prefix,
         index_url=project.settings.release.index_url,
         announce=announce,
+        on_work=on_work,
     )
     plan = plan_project(project, environ, kernels=kernels, require=require)
     return compile_plan(plan, options)
@@ -505,6 +519,14 @@ def _write_if_changed(path: Path, text: str) -> None:
     except OSError as exc:
         what = "is a folder" if path.is_dir() else (exc.strerror or str(exc)).lower()
         raise BuildError(f"{path}: cannot write it: {what}") from None
+
+
+def _say(options: BuildOptions, line: str) -> None:
+    """One line of the build's own output (none when quiet)."""
+    if options.output != "quiet":
+        out = options.stream if options.stream is not None else sys.stderr
+        out.write(line + "\n")
+        out.flush()
 
 
 def _failure_message(failed: str, output: str, build_dir: Path) -> str:

@@ -35,8 +35,8 @@ __all__ = [
     "Step",
     "compdb",
     "environment",
-    "has_work",
     "ninja_binary",
+    "pending",
     "run",
 ]
 
@@ -189,12 +189,13 @@ def _outcome(
     return NinjaResult(steps=steps, output=output)
 
 
-def has_work(build_dir: Path, env: Mapping[str, str]) -> bool:
-    """Whether ninja would run any step in `build_dir` (a dry run; True when unsure)."""
+def pending(build_dir: Path, env: Mapping[str, str]) -> tuple[Step, ...] | None:
+    """The steps ninja would run in `build_dir` (a dry run; seconds 0), None when unsure."""
+    dry_env = {**env, "NINJA_STATUS": _STATUS_PREFIX + "[%f/%t] "}
     try:
         proc = subprocess.run(
             [ninja_binary(), "-C", str(build_dir), "-n"],
-            env=dict(env),
+            env=dry_env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -202,8 +203,12 @@ def has_work(build_dir: Path, env: Mapping[str, str]) -> bool:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return True
-    return proc.returncode != 0 or "ninja: no work to do" not in proc.stdout
+        return None
+    if proc.returncode != 0:
+        return None
+    # split("\n"), not splitlines(): that also splits at the prefix's \x1e.
+    matches = (_STATUS_RE.match(line.rstrip("\r")) for line in proc.stdout.split("\n"))
+    return tuple(Step(m.group(3), m.group(4), 0.0) for m in matches if m is not None)
 
 
 def _stop_signal(exc: BaseException) -> int:

@@ -185,7 +185,10 @@ def _toolchain_table(toolchain: Toolchain) -> Table:
     else:
         table.add_row("torch", _missing(toolchain.torch_missing))
     table.add_row("nvidia headers", "\n".join(str(p) for p in toolchain.nvidia_include_dirs) or "-")
-    table.add_row("launcher", str(toolchain.launcher or "none"))
+    launcher = str(toolchain.launcher or "none")
+    if toolchain.launcher_why:
+        launcher += f" ({toolchain.launcher_why})"
+    table.add_row("launcher", launcher)
     table.add_row("jobs", _jobs_text(toolchain))
     table.add_row("python", f"{toolchain.python} on {toolchain.machine}")
     return table

@@ -13,6 +13,7 @@ __all__ = [
     "ABI_TORCH",
     "CU_STABLE",
     "CU_TORCH",
+    "GITIGNORE",
     "KERNELS_TOML",
     "KERNEL_INIT",
     "PACKAGE_INIT",
@@ -22,7 +23,9 @@ __all__ = [
 
 PYPROJECT = Template("""\
 [build-system]
-requires = ["kernelpack"]
+# The kernelpack releases that build this project as this one did (new releases may change
+# what a build makes; widen the range when you move on).
+requires = [$kernelpack]
 build-backend = "kernelpack.backend"
 
 [project]
@@ -39,6 +42,22 @@ manifest = "$pkg/kernels.toml"
 [tool.pytest.ini_options]
 testpaths = ["tests"]
 """)
+
+GITIGNORE = """\
+# What kernelpack builds: the build folder (object files, compile_commands.json for clangd),
+# wheels and sdists, the compiled libraries and the build record of in-place builds
+/build/
+/dist/
+*.so
+_kernelpack.json
+# Caches of Python, its tools and clangd
+__pycache__/
+*.egg-info/
+.pytest_cache/
+.mypy_cache/
+.ruff_cache/
+.cache/
+"""
 
 KERNELS_TOML = Template("""\
 # The kernels of $pkg: one table per kernel, named like its folder. Paths are relative to

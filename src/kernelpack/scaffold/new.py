@@ -1,10 +1,12 @@
 """`Scaffold`: a new kernel package, one kernel in it, ready to build, test and ship.
 
-The files follow docs/release.md: `pyproject.toml` with kernelpack's build backend, the
+The files follow docs/release.md: `pyproject.toml` with kernelpack's build backend (pinned to
+the running kernelpack's compatible range, see `requirement`), a `.gitignore`, the
 package with `kernels.toml`, the registry wired in `__init__.py` in two lines, one kernel
 folder (Python surface calling `torch.ops.<namespace from the build record>`, a fake for
 `torch.compile`, autograd, and `csrc/<kernel>.cu` registering through `kernelpack/ops.h`), and
-a test with the `gpu` and `kernel` markers. Nothing existing is ever overwritten.
+a test with the `gpu` and `kernel` markers. Nothing existing is ever overwritten (a folder
+that already has a `.gitignore` keeps it).
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
+from kernelpack import __version__
 from kernelpack.errors import UsageError
 from kernelpack.project._toml import is_inside
 from kernelpack.scaffold import _templates as t
 from kernelpack.syntax import toml
 from kernelpack_runtime.arch import Arch, InvalidArch
 
-__all__ = ["ABIS", "Scaffold"]
+__all__ = ["ABIS", "GITIGNORE", "Scaffold", "requirement"]
+
+#: The ignore file `kernelpack new` writes unless the folder has one.
+GITIGNORE = Path(".gitignore")
 
 #: `--abi` choices, as in `kernels.toml`.
 ABIS = ("stable", "torch")
@@ -38,6 +45,15 @@ _TAKEN = frozenset(
         "unsupported_shape_reason",
     }
 )
+
+
+def requirement(version: str = __version__) -> str:
+    """`kernelpack>=0.1,<0.2` for 0.1.x (a 0.x minor release may break), `kernelpack>=1.2,<2`
+    for 1.2.x: the releases compatible with `version`."""
+    release = (*Version(version).release, 0)
+    major, minor = release[0], release[1]
+    upper = f"0.{minor + 1}" if major == 0 else f"{major + 1}"
+    return f"kernelpack>={major}.{minor},<{upper}"
 
 
 def _identifier(kind: str, name: str) -> str:
@@ -89,10 +105,12 @@ class Scaffold:
             "dist": toml.string(canonicalize_name(self.root.absolute().name)),
             "abi_lines": t.ABI_STABLE if self.abi == "stable" else t.ABI_TORCH,
             "archs": toml.array(str(arch) for arch in self.archs),
+            "kernelpack": toml.string(requirement()),
         }
         pkg, kernel = Path(self.package), Path(self.package) / self.kernel
         source = t.CU_STABLE if self.abi == "stable" else t.CU_TORCH
         return {
+            GITIGNORE: t.GITIGNORE,
             Path("pyproject.toml"): t.PYPROJECT.substitute(values),
             pkg / "kernels.toml": t.KERNELS_TOML.substitute(values),
             pkg / "__init__.py": t.PACKAGE_INIT.substitute(values),
@@ -104,6 +122,8 @@ class Scaffold:
     def write(self) -> list[Path]:
         """Write every file; `UsageError` (nothing written) when any of them exists."""
         files = self.files()
+        if (self.root / GITIGNORE).exists():
+            del files[GITIGNORE]
         root = self.root.resolve()
         for path in files if self.root.exists() else ():
             folder = (self.root / path).parent

@@ -10,9 +10,10 @@ The variables `detect()` honours, as read into a `BuildEnvironment`
 
 - `CUDA_HOME` / `CUDA_PATH`: the CUDA toolkit to use (its `bin/nvcc`).
 - `PATH`: where `nvcc`, `sccache` and `ccache` are looked up.
-- `KERNELPACK_LAUNCHER`: `sccache`, `ccache`, a path, or `none`
+- `KERNELPACK_LAUNCHER`: `auto` (the default), `sccache`, `ccache`, a path, or `none`;
+  `auto` picks sccache when a remote sccache backend (`SCCACHE_*`) or a farm
+  (`KERNELPACK_DIST_SCHEDULER`) is configured, else ccache, else sccache, when on PATH
   (see `kernelpack.toolchain.launcher`).
-  Default: `sccache`, else `ccache`, when on PATH.
 - `KERNELPACK_JOBS`: the number of parallel compile jobs. Default: the cores this process
   may use. Memory is not budgeted here: the build's job pools (`builder.graph.Pools`)
   bound the compiles by the memory `Toolchain.memory` reports.
@@ -39,7 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from kernelpack.toolchain import torchprobe
 from kernelpack.toolchain.environment import BuildEnvironment
-from kernelpack.toolchain.launcher import find as find_launcher
+from kernelpack.toolchain.launcher import choose as choose_launcher
 from kernelpack.toolchain.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
 
@@ -100,6 +101,8 @@ class Toolchain:
     """Why torch could not be inspected (not installed, broken import), None when it was."""
     torch_extension_missing: str | None = None
     """Why torch's extension helpers gave no flags (e.g. a CPU build), None when they did."""
+    launcher_why: str = ""
+    """Why `launcher` is the one (`kernelpack.toolchain.launcher.Choice.why`)."""
 
     @property
     def cuda(self) -> Version | None:
@@ -126,6 +129,7 @@ class Toolchain:
             "torch_missing": self.torch_missing,
             "nvidia_include_dirs": [str(p) for p in self.nvidia_include_dirs],
             "launcher": _str_or_none(self.launcher),
+            "launcher_why": self.launcher_why,
             "jobs": self.jobs,
             "memory": self.memory,
         }
@@ -147,6 +151,7 @@ def detect(
     if environment is None:
         environment = BuildEnvironment.from_environ(os.environ if environ is None else environ)
     env = dict(environment.inherited)
+    launcher = choose_launcher(environment)
     nvcc = _nvcc(environment)
     torch = torchprobe.probe(env, cuda_home=nvcc.cuda_home, python=python)
     torch_version = _version(torch.version, public=True)
@@ -166,12 +171,13 @@ def detect(
         torch_dir=Path(torch.torch_dir) if torch.torch_dir else None,
         torch_extension=torch.extension,
         nvidia_include_dirs=_nvidia_include_dirs(list(torch.nvidia_roots)),
-        launcher=find_launcher(environment),
+        launcher=launcher.path,
         jobs=environment.jobs or _cores(),
         memory=available_memory(),
         nvcc_missing=nvcc.missing,
         torch_missing=torch_missing,
         torch_extension_missing=torch.extension_error,
+        launcher_why=launcher.why,
     )
 
 

@@ -288,7 +288,8 @@ class BuildEnvironment:
     launcher: str | None = _var(
         EnvVar(
             ("KERNELPACK_LAUNCHER",),
-            "`sccache`, `ccache`, a path, or `none` (default: sccache, else ccache, when on PATH)",
+            "`auto` (default: sccache with a remote sccache backend or farm, else ccache, else "
+            "sccache, when on PATH), `sccache`, `ccache`, a path, or `none`",
         ),
         _text,
     )

@@ -9,8 +9,10 @@ restarted by the next compile (sccache's client starts one when none answers) an
 with the rest. A backend that cannot be reached (a closed port, a failed start, a start that
 does not finish within `START_TIMEOUT_S`) is reported in one warning line and the build goes
 on with sccache's local disk cache: never a hang, the exit status unchanged. For ccache the
-statistics are the difference of `ccache --print-stats` before and after the build (exact
-unless another build shares the same `CCACHE_DIR` at the same time). With a distributed
+statistics come from a stats log of this build alone (`CCACHE_STATSLOG`, one entry per ccache
+call), not from the cache folder's counters, which every build sharing it moves. Either way
+the counts are per compile command: hits + misses = the compiles the launcher ran (sccache
+also counts the phases it splits an nvcc compile into; those are left out). With a distributed
 farm configured (`kernelpack.toolchain.launcher.farm`), sccache's server reads a private
 client configuration naming it, and the statistics say where the compiles ran.
 
@@ -49,8 +51,8 @@ from urllib.parse import urlsplit
 
 from kernelpack import processes
 from kernelpack.errors import BuildError
+from kernelpack.toolchain.launcher import REMOTE_PREFIXES, kind_of
 from kernelpack.toolchain.launcher import farm as dist
-from kernelpack.toolchain.launcher import kind_of
 from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import CacheRecord
 
@@ -80,22 +82,6 @@ _CALL_TIMEOUT_S = 20.0
 _PROBE_TIMEOUT_S = 3.0
 _POLL_S = 0.02
 
-# Variables that point sccache at a backend other than its local disk (dropped to fall back).
-_REMOTE_PREFIXES = (
-    "SCCACHE_REDIS",
-    "SCCACHE_BUCKET",
-    "SCCACHE_ENDPOINT",
-    "SCCACHE_REGION",
-    "SCCACHE_S3_",
-    "SCCACHE_GCS_",
-    "SCCACHE_GHA_",
-    "SCCACHE_AZURE_",
-    "SCCACHE_MEMCACHED",
-    "SCCACHE_WEBDAV_",
-    "SCCACHE_OSS_",
-    "SCCACHE_COS_",
-    "SCCACHE_MULTILEVEL_",
-)
 # URL-valued variables whose host:port can be probed before sccache is asked to use them.
 _ENDPOINT_VARIABLES = (
     "SCCACHE_REDIS_ENDPOINT",
@@ -234,7 +220,7 @@ class Session:
         self.warning: str | None = None
         self.server_port: int | None = None
         self._server: subprocess.Popen[bytes] | None = None
-        self._ccache_before: dict[str, int] | None = None
+        self._ccache_log: Path | None = None
         self._fallback: str | None = None
         self.farm: dist.Farm | None = None
         """The distributed farm this build's compiles are sent to (None: all local)."""
@@ -295,18 +281,14 @@ def session(
             assert launcher is not None
             _start_sccache(current, launcher)
         elif kind == "ccache":
-            assert launcher is not None
-            current._ccache_before = _ccache_counters(launcher, current.env)
+            current._ccache_log = _ccache_stats_log(current.env)
         if current.warning:
             current.warn(current.warning)
         yield current
         if kind == "sccache" and current.launcher is not None:
             current.stats = _sccache_stats(current)
-        elif kind == "ccache" and current._ccache_before is not None:
-            assert launcher is not None
-            after = _ccache_counters(launcher, current.env)
-            if after is not None:
-                current.stats = _ccache_stats(current._ccache_before, after, current.env)
+        elif kind == "ccache" and current._ccache_log is not None:
+            current.stats = _ccache_stats(current._ccache_log, current.env)
     finally:
         if kind == "sccache":
             _stop_sccache(current)
@@ -314,6 +296,9 @@ def session(
             shutil.rmtree(current._farm_folder, ignore_errors=True)
         for relay in current._relays:
             relay.close()
+        if current._ccache_log is not None:
+            with suppress(OSError):
+                current._ccache_log.unlink(missing_ok=True)
 
 
 def _use_farm(current: Session, kind: str | None, stream: TextIO | None) -> None:
@@ -487,11 +472,10 @@ def _sccache_stats(current: Session) -> CacheStats | None:
         # A chain such as "disk,redis": each level says where its hits came from.
         kinds = [_backend_of(str(level.get("location", ""))) for level in levels]
         backend = "+".join(kinds)
-        local_hits = sum(
-            int(level.get("hits") or 0)
-            for level, kind in zip(levels, kinds, strict=True)
-            if kind == "local"
-        )
+        level_hits = [int(level.get("hits") or 0) for level in levels]
+        local_level = sum(n for n, kind in zip(level_hits, kinds, strict=True) if kind == "local")
+        # The levels count nvcc's phases too: share the compiles' hits out in proportion.
+        local_hits = round(hits * local_level / sum(level_hits)) if sum(level_hits) else 0
         remote_hits = hits - local_hits
     else:
         backend = _backend_of(str(data.get("cache_location", "")))
@@ -534,17 +518,22 @@ def _read_only(env: Mapping[str, str]) -> bool:
     )
 
 
+# The phases sccache splits one nvcc compile into, each counted besides the compile itself.
+_NVCC_PHASES = frozenset({"CUDA (Device code)", "PTX", "CUBIN"})
+
+
 def _total(counter: object) -> int:
+    """A counter's total over compile commands (`CUDA`, `C/C++`), nvcc's phases left out."""
     if not isinstance(counter, dict):
         return 0
     counts = counter.get("counts")
     if not isinstance(counts, dict):
         return 0
-    return sum(int(v) for v in counts.values() if isinstance(v, int))
+    return sum(int(v) for k, v in counts.items() if isinstance(v, int) and k not in _NVCC_PHASES)
 
 
 def _local_only(env: Mapping[str, str]) -> dict[str, str]:
-    local = {k: v for k, v in env.items() if not k.startswith(_REMOTE_PREFIXES)}
+    local = {k: v for k, v in env.items() if not k.startswith(REMOTE_PREFIXES)}
     # A config file may name a backend too; the fallback must not read it.
     local["SCCACHE_CONF"] = os.devnull
     return local
@@ -790,36 +779,45 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 # --- ccache -----------------------------------------------------------------------------
 
 
-def _ccache_counters(launcher: Path, env: Mapping[str, str]) -> dict[str, int] | None:
-    out = _call([str(launcher), "--print-stats"], env, text=True)
-    if out is None:
+def _ccache_stats_log(env: dict[str, str]) -> Path:
+    """Point ccache's per-call statistics log (`CCACHE_STATSLOG`) at a new file of ours."""
+    handle, name = tempfile.mkstemp(prefix="kernelpack-ccache-", suffix=".log")
+    os.close(handle)
+    env["CCACHE_STATSLOG"] = name
+    return Path(name)
+
+
+def _ccache_stats(log: Path, env: Mapping[str, str]) -> CacheStats | None:
+    """Count the compiles of the stats log: `# <file>` starts one call's counters."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
         return None
-    counters: dict[str, int] = {}
-    for line in out.splitlines():
-        name, _, value = line.partition("\t")
-        if value.strip().isdigit():
-            counters[name.strip()] = int(value)
-    return counters
-
-
-def _ccache_stats(
-    before: dict[str, int], after: dict[str, int], env: Mapping[str, str]
-) -> CacheStats:
-    def delta(*names: str) -> int:
-        return sum(max(0, after.get(n, 0) - before.get(n, 0)) for n in names)
-
-    hits = delta("direct_cache_hit", "preprocessed_cache_hit")
-    remote = delta("remote_storage_hit")
+    calls: list[set[str]] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            calls.append(set())
+        elif calls and line.strip():
+            calls[-1].add(line.strip())
+    compiles = [c for c in calls if not c & _CCACHE_NOT_COMPILES]
+    hits = sum(1 for c in compiles if c & _CCACHE_HITS)
+    remote = sum(1 for c in compiles if c & _CCACHE_HITS and "remote_storage_hit" in c)
     return CacheStats(
         launcher="ccache",
         backend=_ccache_backend(env.get("CCACHE_REMOTE_STORAGE", "")),
         hits=hits,
-        misses=delta("cache_miss"),
+        misses=len(compiles) - hits,
         remote_hits=remote,
-        local_hits=hits - remote if remote <= hits else 0,
-        errors=delta("remote_storage_error", "remote_storage_timeout", "internal_error"),
+        local_hits=hits - remote,
+        errors=sum(1 for c in compiles if c & _CCACHE_ERRORS),
         read_only=env.get("CCACHE_READONLY", "").lower() in ("1", "true", "yes"),
     )
+
+
+# ccache calls that compile nothing (a link or preprocessing through the launcher).
+_CCACHE_NOT_COMPILES = frozenset({"called_for_link", "called_for_preprocessing", "no_input_file"})
+_CCACHE_HITS = frozenset({"direct_cache_hit", "preprocessed_cache_hit"})
+_CCACHE_ERRORS = frozenset({"remote_storage_error", "remote_storage_timeout", "internal_error"})
 
 
 def _ccache_backend(remote: str) -> str:

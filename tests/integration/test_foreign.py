@@ -302,7 +302,9 @@ def test_migrated_project_builds_and_behaves_the_same(
         (root / "pyproject.toml").write_text(FAST_ARCH)
     # The project's own pyproject.toml (here only [tool.kernelpack] arch) is replaced.
     assert main(["migrate", str(moved), "--force"]) == 0
-    assert "note: [kernel.relu_xpu] is not carried over" in capsys.readouterr().out
+    migrated = capsys.readouterr().out
+    assert "note: [kernel.relu_xpu] is not carried over" in migrated
+    assert "the CPU library" in migrated and "is not carried over" in migrated
     assert 'build-backend = "kernelpack.backend"' in (moved / "pyproject.toml").read_text()
     kernels = (moved / "torch-ext" / "relu_torch_stable_abi" / "kernels.toml").read_text()
     assert 'arch = ["9.0"]' in kernels
@@ -326,7 +328,13 @@ def test_migrated_project_builds_and_behaves_the_same(
         b.archs,
         b.namespace,
     )
-    assert reports[direct]["ops"] == reports[moved]["ops"] == [f"{a.namespace}::relu"]
+    # The CUDA library's ops are the same in both. Without a GPU, the build.toml package
+    # serves its CPU library's ops (`_ops.py` loads the first usable library, CUDA first);
+    # `migrate` says it does not carry the CPU library over, so the moved one has none.
+    assert reports[moved]["ops"] == [f"{a.namespace}::relu"]
+    cpu = records[direct].kernels.get(buildtoml.CPU_KERNEL)
+    assert isinstance(cpu, BuiltKernel) and cpu.namespace != a.namespace
+    assert reports[direct]["ops"] == [f"{cpu.namespace}::relu"]
     assert reports[direct]["status"]["_ops"] == reports[moved]["status"]["_ops"]  # type: ignore[index]
 
 

@@ -108,7 +108,9 @@ def test_all_stable_wheel_is_abi3_with_the_stable_tag(
         r"kpdemo-0\.3\.0\+cu130stable2\.10-cp310-abi3-manylinux_2_\d+_x86_64\.whl", wheel.name
     )
     assert _metadata_version(wheel) == "0.3.0+cu130stable2.10"
-    assert not any(n.startswith("kpdemo/addone/_C") for n in _names(wheel))
+    # The kernel left out ships no library, only the stand-in that raises its reason.
+    names = _names(wheel)
+    assert [n for n in names if n.startswith("kpdemo/addone/_C")] == ["kpdemo/addone/_C.py"]
 
 
 def test_wheel_installs_into_a_fresh_venv_and_imports(

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kernelpack_runtime import TorchFacts
 from kernelpack_runtime.arch import Arch
 from kernelpack_runtime.reason import Reason
@@ -129,3 +131,18 @@ def make_package(
             register = REGISTER.format(namespace=entry.namespace) if entry.namespace else ""
             (folder / entry.library).write_text(register + c_module)
     return folder
+
+
+def status_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An importable package of one built stable kernel (rmsnorm) and one skipped
+    (flash_moe): what the status tests of both CLIs print."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = unique_name()
+    return make_package(
+        tmp_path,
+        name,
+        {
+            "rmsnorm": built("rmsnorm", name, abi="stable"),
+            "flash_moe": skipped("arch-unsupported", "nvcc 12.4 cannot build sm_100a"),
+        },
+    )

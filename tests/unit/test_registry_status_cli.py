@@ -4,36 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import build_record, built, make_package, skipped, unique_name
+from registry_support import build_record, built, make_package, status_package, unique_name
 
 from kernelpack.cli import main
 from kernelpack_runtime import set_default_probe
-from kernelpack_runtime.testing.fakes import fake_probe, no_device_probe
-
-
-@pytest.fixture
-def no_gpu() -> Iterator[None]:
-    previous = set_default_probe(no_device_probe("the NVIDIA driver reports no GPU"))
-    yield
-    set_default_probe(previous)
+from kernelpack_runtime.testing.fakes import fake_probe
 
 
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    name = unique_name()
-    return make_package(
-        tmp_path,
-        name,
-        {
-            "rmsnorm": built("rmsnorm", name, abi="stable"),
-            "flash_moe": skipped("arch-unsupported", "nvcc 12.4 cannot build sm_100a"),
-        },
-    )
+    return status_package(tmp_path, monkeypatch)
 
 
 def test_json_has_the_documented_shape(

@@ -6,39 +6,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import built, make_package, skipped, unique_name
+from registry_support import status_package
 
 from kernelpack.cli import main as kernelpack_main
-from kernelpack_runtime import set_default_probe
 from kernelpack_runtime.__main__ import main
-from kernelpack_runtime.testing.fakes import no_device_probe
 
 RUNTIME = Path(__file__).parents[2] / "src"
 
 
 @pytest.fixture
-def no_gpu() -> Iterator[None]:
-    previous = set_default_probe(no_device_probe("the NVIDIA driver reports no GPU"))
-    yield
-    set_default_probe(previous)
-
-
-@pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    name = unique_name()
-    return make_package(
-        tmp_path,
-        name,
-        {
-            "rmsnorm": built("rmsnorm", name, abi="stable"),
-            "flash_moe": skipped("arch-unsupported", "nvcc 12.4 cannot build sm_100a"),
-        },
-    )
+    return status_package(tmp_path, monkeypatch)
 
 
 def test_json_is_what_kernelpack_status_prints(

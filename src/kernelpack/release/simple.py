@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelpack_runtime.digest import file_sha256
+
 __all__ = ["IndexFile", "write_project", "write_root"]
 
 _HEAD = (
@@ -35,21 +37,13 @@ class IndexFile:
     """A wheel's METADATA (written as `<filename>.metadata`); None for other files."""
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_project(folder: Path, project: str, files: Sequence[IndexFile]) -> None:
     """Write `folder/index.html` for `project` (its normalized name), and each wheel's
     `.metadata` file, for the files already in `folder`."""
     lines = [_HEAD.format(title=html.escape(f"Links for {project}"))]
     for item in sorted(files, key=lambda f: f.filename):
         attributes = [
-            f'href="{html.escape(item.filename)}#sha256={_sha256(folder / item.filename)}"'
+            f'href="{html.escape(item.filename)}#sha256={file_sha256(folder / item.filename)}"'
         ]
         if item.requires_python:
             attributes.append(f'data-requires-python="{html.escape(item.requires_python)}"')

@@ -8,14 +8,14 @@ For each package (`examples/llm_ops`, and a CUTLASS-using package when one is gi
 - remote-warm: a fresh clone at the same path (as on another CI runner), another empty
   local cache, the same Redis: every compile is a remote hit;
 - remote-warm, other path: the same from a clone in another folder (a developer's machine):
-  sccache re-runs nvcc's cudafe++ and cicc steps there, whose arguments carry the absolute
-  source path, and the host compile of each .cu file, whose command maps the absolute root
-  away (ptxas and the .cpp compiles still hit);
+  the command lines are the same in every clone (`kernelpack.builder.graph`), so every
+  compile is a remote hit there too;
 - sccache local-warm: a fresh clone, sccache on its local disk cache only, warmed by one
   build before;
 - ccache local-warm: the same with ccache (`CCACHE_BASEDIR`/`CCACHE_NOHASHDIR`), warmed by a
   build that also wrote to the same Redis server (`CCACHE_REMOTE_STORAGE`);
-- ccache remote-warm: a fresh clone with an empty local ccache reading that Redis server.
+- ccache remote-warm: a fresh clone with an empty local ccache reading that Redis server,
+  at the same path and in another folder.
 
 sccache splits every nvcc compile into its steps and must run the preprocessing steps even
 when every step hits (their output is the next step's input and its key); ccache looks its
@@ -143,6 +143,11 @@ def _package(name: str, source: Path, base: Path, redis: int) -> dict[str, Any]:
         source,
         checkout,
         _env(KERNELPACK_LAUNCHER=ccache, CCACHE_DIR=str(work / "ccache-b"), **ccache_remote),
+    )
+    runs["ccache_remote_warm_other_path"] = _build(
+        source,
+        work / "elsewhere" / "ccache-clone" / name,
+        _env(KERNELPACK_LAUNCHER=ccache, CCACHE_DIR=str(work / "ccache-c"), **ccache_remote),
     )
     cold = runs["cold"]["seconds"]
     for run in runs.values():

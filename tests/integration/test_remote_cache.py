@@ -3,11 +3,10 @@
 Machine A (a clone with its own empty local cache) builds `examples/llm_ops` and the classic
 kernel of `kpdemo` once, cold, writing every object to both backends (sccache's multi-level
 chain `redis,s3`). Machine B (a fresh clone with another empty local cache and one backend)
-builds them again. B checks out at the path A used, as two CI runners do: sccache splits an
-nvcc compile into its steps, and nvcc hands cudafe++ and cicc the absolute source path, which
-sccache hashes, so a clone at another path re-runs those two steps and the host compile of
-each .cu file (ptxas and the .cpp compiles still hit). Both servers are real processes
-started here and stopped after the module.
+builds them again and gets every compile from the backend: reading Redis, B is a clone in
+another folder (a developer's machine: nvcc's sources are spelled the same in every clone,
+`kernelpack.builder.graph`); reading S3, B checks out at the path A used, as two CI runners
+do. Both servers are real processes started here and stopped after the module.
 """
 
 from __future__ import annotations
@@ -226,10 +225,18 @@ def machine_a(
 
 
 def _machine_b(
-    tmp_path_factory: pytest.TempPathFactory, a: Machine, sccache: str, backend: dict[str, str]
+    tmp_path_factory: pytest.TempPathFactory,
+    a: Machine,
+    sccache: str,
+    backend: dict[str, str],
+    *,
+    elsewhere: bool = False,
 ) -> Machine:
-    local_cache = tmp_path_factory.mktemp("machine-b") / "local-cache"
-    return _machine(a.checkout, _env(sccache, local_cache, **backend))
+    """A fresh clone at A's path, or (`elsewhere`) in another folder, with an empty local
+    cache reading `backend`."""
+    base = tmp_path_factory.mktemp("machine-b")
+    checkout = base / "somewhere" / "else" / "checkout" if elsewhere else a.checkout
+    return _machine(checkout, _env(sccache, base / "local-cache", **backend))
 
 
 def test_cold_build_misses_and_writes_every_object_to_both_backends(
@@ -244,10 +251,10 @@ def test_cold_build_misses_and_writes_every_object_to_both_backends(
     assert len(_s3_objects(s3_port)) > 1  # more than sccache's own startup check object
 
 
-def test_fresh_clone_with_an_empty_local_cache_hits_redis_for_every_compile(
+def test_fresh_clone_elsewhere_with_an_empty_local_cache_hits_redis_for_every_compile(
     machine_a: Machine, tmp_path_factory: pytest.TempPathFactory, sccache: str, redis_port: int
 ) -> None:
-    b = _machine_b(tmp_path_factory, machine_a, sccache, _redis_env(redis_port))
+    b = _machine_b(tmp_path_factory, machine_a, sccache, _redis_env(redis_port), elsewhere=True)
     for name in PACKAGES:
         stats = b.stats(name)
         assert stats.backend == "redis"

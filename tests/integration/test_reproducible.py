@@ -1,8 +1,9 @@
 """Path-independent, reproducible outputs: two clones at different absolute paths, each with
 its own empty compiler cache (so both compile for real), give byte-identical libraries and
-wheels (with SOURCE_DATE_EPOCH) through no launcher, ccache and sccache alike; a clone in a
-third folder sharing the first's ccache gets every compile from it; corrupt objects in the
-cache are compiled again, never installed."""
+wheels (with SOURCE_DATE_EPOCH) through no launcher, ccache and sccache alike (with debug
+info, `-g`, that names no folder of either clone, except through sccache); a clone in a third
+folder sharing the first's cache gets every compile from it (ccache and sccache); corrupt
+objects in the cache are compiled again, never installed."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _launcher(name: str) -> str:
     return found
 
 
-def _env(launcher: str, cache: Path) -> dict[str, str]:
+def _env(launcher: str, cache: Path, *, debug: bool = False) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -46,6 +47,8 @@ def _env(launcher: str, cache: Path) -> dict[str, str]:
         KPDEMO_KERNELS="scale",  # the stable kernel alone: the cheapest real nvcc compile
         SOURCE_DATE_EPOCH="1700000000",
     )
+    if debug:  # host debug info: its compilation folder and file names must be the clone's
+        env["NVCC_APPEND_FLAGS"] = "-g"
     return env
 
 
@@ -71,19 +74,31 @@ def test_two_clones_at_different_paths_give_identical_libraries_and_wheels(
     launcher: str, tmp_path: Path
 ) -> None:
     path = _launcher(launcher)
-    first = _build(tmp_path / "a", _env(path, tmp_path / "cache-a"), tmp_path / "wheels-a")
+    # Through sccache, `-g` host objects name sccache's own temporary folder (random, per
+    # compile) for nvcc's intermediate host file: identical only without debug info.
+    debug = launcher != "sccache"
+    first = _build(
+        tmp_path / "a", _env(path, tmp_path / "cache-a", debug=debug), tmp_path / "wheels-a"
+    )
     second = _build(
         tmp_path / "somewhere" / "deeper" / "b",
-        _env(path, tmp_path / "cache-b"),
+        _env(path, tmp_path / "cache-b", debug=debug),
         tmp_path / "wheels-b",
     )
+    assert (b".debug_info" in first[0]) == debug, "debug info as asked"
     assert first[0] == second[0], "the libraries differ"
     assert first[1] == second[1], "the wheels differ"
-    assert b"/a/kpdemo" not in first[0] and str(tmp_path).encode() not in first[0]
+    for library in (first[0], second[0]):
+        assert b"/a/kpdemo" not in library and str(tmp_path).encode() not in library
+        # __FILE__ (the stable ABI's checks name it) is project-relative
+        assert b"\0kpdemo/scale/csrc/scale.cu\0" in library
 
 
-def test_a_clone_elsewhere_gets_every_compile_from_a_shared_ccache(tmp_path: Path) -> None:
-    path = _launcher("ccache")
+@pytest.mark.parametrize("launcher", ["ccache", "sccache"])
+def test_a_clone_elsewhere_gets_every_compile_from_a_shared_cache(
+    launcher: str, tmp_path: Path
+) -> None:
+    path = _launcher(launcher)
     env = _env(path, tmp_path / "shared")
     first = _build(tmp_path / "a", env, tmp_path / "wheels-a")
     second = _build(tmp_path / "other" / "b", env, tmp_path / "wheels-b")

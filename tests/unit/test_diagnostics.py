@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelpack.builder.diagnostics import Relocator
+from kernelpack.builder.graph import link_root
 
 
 @pytest.fixture
@@ -53,6 +54,15 @@ def test_file_outside_the_working_folder_is_named_absolutely(project: Path, tmp_
     elsewhere.mkdir()
     line = "../../pkg/k/csrc/k.cu(1): error: x"
     assert _relocator(project, elsewhere).line(line) == f"{project}/pkg/k/csrc/k.cu(1): error: x"
+
+
+def test_a_source_spelled_below_the_root_link_is_named_from_the_working_folder(
+    project: Path,
+) -> None:
+    # Through sccache, nvcc's sources are spelled below /proc/self/cwd/.root (graph).
+    link_root(project / "build" / "kernelpack", project)
+    line = "/proc/self/cwd/.root/pkg/k/csrc/k.cu(13): error: x"
+    assert _relocator(project, project.parent).line(line) == "proj/pkg/k/csrc/k.cu(13): error: x"
 
 
 def test_generated_module_init_is_named_from_the_working_folder(project: Path) -> None:

@@ -3,6 +3,7 @@ once for the shell ninja runs it with, read back by the real ninja (`ninja -t co
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ import ninja
 import pytest
 
 from kernelpack.builder.flags import KernelFlags
-from kernelpack.builder.graph import FILENAME, GraphKernel, Pools, render
+from kernelpack.builder.graph import FILENAME, ROOT_LINK, GraphKernel, Pools, link_root, render
 from kernelpack.errors import UsageError
 
 NINJA = Path(ninja.BIN_DIR) / "ninja"
@@ -111,10 +112,29 @@ def test_compiles_name_files_relative_to_the_project_and_seed_by_object(tmp_path
     assert not any(str(tmp_path / ODD) in word for word in nvcc[1:] + cxx[1:])
 
 
-def test_through_sccache_nvcc_also_maps_the_absolute_root(tmp_path: Path) -> None:
-    # sccache gives nvcc the source's absolute path, which __FILE__ would otherwise hold.
+def test_through_sccache_nvcc_sources_are_spelled_below_the_working_folder(
+    tmp_path: Path,
+) -> None:
+    # sccache hands nvcc a relative source as its absolute path, which __FILE__ would then
+    # hold: the source is spelled below /proc/self/cwd/.root (the same in every clone) and
+    # that prefix is mapped away; still no absolute path of the clone on a command line.
     commands = _commands(tmp_path, launcher=tmp_path / "bin" / "sccache")
     nvcc = next(c for c in commands if len(c) > 1 and c[1].endswith("nvcc"))
-    assert f"-ffile-prefix-map={tmp_path / ODD}/=" in nvcc
+    assert nvcc[nvcc.index("-c") + 1] == "/proc/self/cwd/.root/pkg/k/k.cu"
+    assert nvcc[nvcc.index("-ffile-prefix-map=/proc/self/cwd/.root/=") - 1] == "-Xcompiler"
     cxx = next(c for c in commands if len(c) > 1 and c[1] == "c++")
-    assert not any(str(tmp_path / ODD) in word for word in cxx[1:])
+    assert cxx[cxx.index("-c") + 1] == "../pkg/k/b.cpp"
+    assert not any(str(tmp_path / ODD) in word for word in nvcc[2:] + cxx[2:])
+
+
+def test_the_root_link_resolves_from_the_build_folder(tmp_path: Path) -> None:
+    root = tmp_path / ODD
+    build = root / "build" / "kernelpack"
+    build.mkdir(parents=True)
+    (root / "pkg").mkdir()
+    (root / "pkg" / "k.cu").write_text("x")
+    link_root(build, root)
+    link_root(build, root)  # again: left as it is
+    assert os.readlink(build / ROOT_LINK) == "../.."
+    assert (build / ROOT_LINK / "pkg" / "k.cu").read_text() == "x"
+    assert [p.name for p in build.iterdir()] == [ROOT_LINK]  # no temporary left

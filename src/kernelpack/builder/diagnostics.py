@@ -15,12 +15,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelpack.builder.graph import CWD_ALIAS
+
 __all__ = ["Relocator"]
 
-# A path token relative to the build folder: `../…` or a generated file under `gen/`, not
-# preceded by a path character (so absolute paths and URLs are left alone), ending before
-# nvcc's `(line)`, gcc's `:line`, a comma, a quote or whitespace.
-_TOKEN_RE = re.compile(r"(?<![\w./\-+])((?:\.\./)+[^\s:(),'\"`]+|gen/[^\s:(),'\"`]+)")
+# A path token relative to the build folder: `../…`, a generated file under `gen/` or one
+# below `/proc/self/cwd/`, not preceded by a path character (so other absolute paths and
+# URLs are left alone), ending before nvcc's `(line)`, gcc's `:line`, a comma, a quote or
+# whitespace.
+_TAIL = r"[^\s:(),'\"`]+"
+_TOKEN_RE = re.compile(
+    rf"(?<![\w./\-+])((?:\.\./)+{_TAIL}|gen/{_TAIL}|{re.escape(CWD_ALIAS)}{_TAIL})"
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,10 @@ class Relocator:
     def path(self, token: str) -> str | None:
         """The display name of `token` (a path relative to the build folder), or None when
         it names no existing file or folder."""
-        target = Path(os.path.normpath(self.build_dir / token))
+        if token.startswith(CWD_ALIAS):  # through the build folder's link to the root
+            target = Path(os.path.realpath(self.build_dir / token[len(CWD_ALIAS) :]))
+        else:
+            target = Path(os.path.normpath(self.build_dir / token))
         if not target.exists():
             return None
         try:
@@ -48,7 +57,7 @@ class Relocator:
 
     def line(self, text: str) -> str:
         """`text` with every path relative to the build folder rewritten."""
-        if "../" not in text and "gen/" not in text:
+        if "../" not in text and "gen/" not in text and CWD_ALIAS not in text:
             return text
 
         def swap(match: re.Match[str]) -> str:

@@ -37,7 +37,7 @@ from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
 from kernelpack.toolchain.launcher import Choice as LauncherChoice
 from kernelpack.toolchain.launcher import cache as compiler_cache
-from kernelpack.toolchain.launcher import farm
+from kernelpack.toolchain.launcher import farm, kind_of
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
 from kernelpack_runtime._files import write_text_atomic
@@ -211,6 +211,8 @@ class _GraphInputs:
             nvcc_append=environment.nvcc_append_flags,
             measure=memory.shim() if memory.measurable(launcher) else (),
         )
+        if kind_of(launcher) == "sccache":
+            graph.link_root(self.build_dir, self.root)
         _write_if_changed(self.build_dir / graph.FILENAME, text)
 
 
@@ -254,7 +256,9 @@ def _compile(
     if work:  # the first line of a build that compiles: which launcher, and why
         _say(options, LauncherChoice(launcher, plan.toolchain.launcher_why).line())
     # The launcher's server (sccache) lives for this ninja run only, outside its loop.
-    with launcher_session(launcher, env, stream=options.stream, active=work) as cache:
+    with launcher_session(
+        launcher, env, stream=options.stream, active=work, cwd=build_dir
+    ) as cache:
         if cache.launcher != launcher:
             inputs.write(cache.launcher, pools)  # the launcher could not start: compile without it
         try:
@@ -466,7 +470,13 @@ def build_project(
 def _write_compdb(build_dir: Path, entries: list[dict[str, str]]) -> None:
     """`compile_commands.json`: ninja's entries of the compile steps (links are no
     compilation), with the real command lines."""
-    compiles = [e for e in entries if not e.get("output", "").startswith("lib/")]
+    compiles = [
+        # clangd resolves paths itself: sccache's `/proc/self/cwd/.root/...` sources (see
+        # `graph`) as `.root/...`, relative to the entry's folder (the build folder)
+        {k: v.replace(graph.CWD_ALIAS, "") for k, v in e.items()}
+        for e in entries
+        if not e.get("output", "").startswith("lib/")
+    ]
     _write_if_changed(build_dir / COMPDB_FILENAME, json.dumps(compiles, indent=2) + "\n")
 
 

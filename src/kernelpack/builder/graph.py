@@ -17,12 +17,21 @@ beside the object (`-objtemp`: their names reach the object's symbol table, and 
 temporary names hold its process id); and cudafe++ and cicc, which nvcc hands the source's
 absolute path to hash anonymous namespaces with, get the project-relative path instead (the
 last `--orig_src_path_name` wins). Two clones at different paths then compile byte-identical
-objects, with or without a compiler launcher. (Through sccache, which hands nvcc absolute
-source paths, nvcc's host side also maps the absolute root away.)
+objects, with or without a compiler launcher.
+
+sccache runs nvcc's steps itself and hands them the source's canonical absolute path when it
+is given a relative one, which would reach `__FILE__`, and mapping that path away would put
+it on the command line (every cache key would then differ between clones). Through sccache,
+`.cu` sources below the root are therefore spelled `/proc/self/cwd/.root/<project path>`:
+absolute (sccache keeps it as given), the same text in every clone, and resolved by each
+process in its own working folder, which is the build folder for ninja, the compilers and
+sccache's private server alike (`kernelpack.toolchain.launcher.cache`), where `.root` links
+to the project root (`link_root`). No `..` in it, so ninja's depfile paths stay as they are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -37,9 +46,24 @@ from kernelpack.builder.flags import KernelFlags
 from kernelpack.errors import UsageError
 from kernelpack.toolchain.launcher import kind_of
 
-__all__ = ["FILENAME", "HEAVY_JOB_BYTES", "LIGHT_JOB_BYTES", "GraphKernel", "Pools", "render"]
+__all__ = [
+    "CWD_ALIAS",
+    "FILENAME",
+    "HEAVY_JOB_BYTES",
+    "LIGHT_JOB_BYTES",
+    "ROOT_LINK",
+    "GraphKernel",
+    "Pools",
+    "link_root",
+    "render",
+]
 
 FILENAME = "build.ninja"
+
+#: Every process's own working folder, as an absolute path that reads the same in any clone.
+CWD_ALIAS = "/proc/self/cwd/"
+#: The build folder's link to the project root (sccache's nvcc sources are spelled below it).
+ROOT_LINK = ".root"
 
 #: Memory budgeted per compile that includes the full ATen headers: nvcc peaks near 3 GB.
 HEAVY_JOB_BYTES = 3 * 1024**3
@@ -152,13 +176,9 @@ def render(
     prefix = _root_prefix(build_dir, root)
     prefix_map = [] if "," in prefix else [f"-ffile-prefix-map={prefix}="]
     nvcc_maps = list(prefix_map)
-    absolute = f"{root.absolute()}/"
-    if kind_of(launcher) == "sccache" and "," not in absolute:
-        # sccache hands nvcc the source's canonical absolute path (its nvcc support does, so
-        # that cicc's inputs hash alike), which reaches __FILE__: map the root itself too.
-        # That path is on the command line, so a clone at another path misses sccache's
-        # cache for these compiles (it re-ran their cudafe++ and cicc steps there anyway).
-        nvcc_maps.append(f"-ffile-prefix-map={absolute}=")
+    aliased = kind_of(launcher) == "sccache"
+    if aliased:  # sources spelled below CWD_ALIAS (the module's docstring says why)
+        nvcc_maps.append(f"-ffile-prefix-map={CWD_ALIAS}{ROOT_LINK}/=")
     w.variable("prefix_map", _words(prefix_map))
     w.variable("nvcc_prefix_map", _words([x for m in nvcc_maps for x in ("-Xcompiler", m)]))
     w.newline()
@@ -167,7 +187,7 @@ def render(
     w.newline()
     _write_rules(w, "$measure $out -- " if measure else "")
     for kernel in kernels:
-        _write_kernel(w, kernel, build_dir=build_dir, root=root)
+        _write_kernel(w, kernel, build_dir=build_dir, root=root, aliased=aliased)
     w.default([_path(k.library) for k in kernels])
     return out.getvalue()
 
@@ -209,9 +229,11 @@ def _write_rules(w: Writer, front: str) -> None:
     w.newline()
 
 
-def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path) -> None:
+def _write_kernel(
+    w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path, aliased: bool
+) -> None:
     """One compile step per source of `kernel` (its rule by suffix) and the link of its
-    library."""
+    library; `aliased`: `.cu` sources below the root are spelled below `CWD_ALIAS`."""
     flags = kernel.flags
     defines = _words(flags.defines)
     includes = _words(
@@ -223,8 +245,11 @@ def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path
     for source in kernel.sources:
         obj = kernel.object_for(source, build_dir)
         objects.append(obj)
+        spelled = _relative(Path(source), build_dir=build_dir, root=root)
         if source.suffix in _CUDA_SUFFIXES:
             rule, extra = "nvcc", flags.nvcc
+            if aliased and not os.path.isabs(spelled):
+                spelled = f"{CWD_ALIAS}{ROOT_LINK}/{_project_name(source, root)}"
         elif source.suffix in _C_SUFFIXES:
             rule, extra = "cc", flags.cc
         else:
@@ -232,7 +257,7 @@ def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path
         w.build(
             [_path(obj)],
             rule,
-            [_path(_relative(Path(source), build_dir=build_dir, root=root))],
+            [_path(spelled)],
             variables={
                 "defines": defines,
                 "includes": includes,
@@ -248,6 +273,19 @@ def _write_kernel(w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path
         variables={"ldflags": _words(flags.ldflags)},
     )
     w.newline()
+
+
+def link_root(build_dir: Path, root: Path) -> None:
+    """Make (or refresh) `build_dir/ROOT_LINK`, a relative link to `root`, atomically."""
+    link = build_dir / ROOT_LINK
+    target = _root_prefix(build_dir, root).rstrip("/")
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == target:
+            return
+    temporary = build_dir / f"{ROOT_LINK}.{os.getpid()}.tmp"
+    temporary.unlink(missing_ok=True)
+    os.symlink(target, temporary)
+    os.replace(temporary, link)
 
 
 def _relative(path: Path, *, build_dir: Path, root: Path) -> str:

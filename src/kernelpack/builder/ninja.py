@@ -352,6 +352,11 @@ def environment(build: BuildEnvironment, *, root: Path, launcher: Path | None) -
     (`BuildEnvironment.child_environ`) plus what makes the launcher's cache shareable
     between clones of `root`."""
     env = build.child_environ()
+    if sys.platform.startswith("linux"):
+        # The compilers name their working folder (the build folder, absolute) as the debug
+        # info's compilation directory, taken from PWD when PWD names the folder they run in:
+        # `/proc/self/cwd` always does, and is the same text in every clone (as in Bazel).
+        env["PWD"] = "/proc/self/cwd"
     if launcher is not None:
         # Paths below the root are hashed relative to it, and the working folder is not
         # hashed: a fresh clone in another folder hits the same cache entries.

@@ -228,6 +228,8 @@ class Session:
         self._binary = launcher
         self._relays: list[_Relay] = []
         self._stream: TextIO | None = None
+        self.cwd: Path | None = None
+        """The folder sccache's server runs in (None: this process's)."""
 
     @property
     def cache_dir(self) -> Path | None:
@@ -261,13 +263,17 @@ def session(
     *,
     stream: TextIO | None = None,
     active: bool = True,
+    cwd: Path | None = None,
 ) -> Iterator[Session]:
     """Run the build inside: start what the launcher needs, collect its statistics, stop it.
 
     `active=False` (nothing to compile) starts nothing and records no statistics. The
     fallback warning, when there is one, goes to `stream` (default stderr) as one line.
+    `cwd` is the folder the compiles run in (the build folder): sccache's server runs there
+    too, so that a source path relative to the working folder means the same file to both.
     """
     current = Session(launcher, dict(env))
+    current.cwd = cwd
     current._stream = stream
     kind = kind_of(launcher) if active else None
     try:
@@ -418,6 +424,7 @@ def _spawn_server(current: Session, launcher: Path, env: dict[str, str]) -> str 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                cwd=current.cwd,
                 # Its own group (Ctrl-C reaches the compiles, not the server), and SIGTERM
                 # when this process dies: a killed build leaves no server behind.
                 preexec_fn=processes.group_leader(os.getpid()),

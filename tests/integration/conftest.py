@@ -9,18 +9,22 @@
   of test package or example `name`, once a run (skips without nvcc or torch);
   `llm_ops_wheel` is `example_wheel("llm_ops")`.
 - `fresh_venv` (session): a new venv that sees this interpreter's site-packages.
+- `builds_ahead` (session, automatic): the slowest builds start in the background
+  (ahead.py), and the test files that consume them run last.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import ahead
 import pytest
-from buildlog import announced
+from buildlog import announced, say
 from builds import BuiltPackage, build_env, copy_package
 from venvs import overlay_venv
 
@@ -32,6 +36,33 @@ from kernelpack.project.locate import locate
 @pytest.fixture(scope="session")
 def ccache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.getbasetemp() / "kp-ccache"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The consumers of builds ahead run last (ahead.py)."""
+    order = ahead.consumers_last([item.path.name for item in items])
+    items[:] = [items[i] for i in order]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def builds_ahead(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
+) -> Iterator[None]:
+    """Start the background builds the collected tests will consume (ahead.py)."""
+    names = ahead.wanted({item.path.name for item in request.session.items})
+    if not names or shutil.which("nvcc") is None:
+        yield
+        return
+    background = ahead.start(names, ccache_dir, tmp_path_factory.mktemp("ahead"))
+    say(
+        request.config,
+        f"kernelpack tests: building {', '.join(names)} ahead, in the background at the "
+        f"lowest priority (log: {background.done / 'log'})",
+    )
+    try:
+        yield
+    finally:
+        background.stop()
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +90,24 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cpu_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a venv holding the CPU-only torch 2.13.0, packaging, Hugging Face's
+    `kernels` (this environment's version) and pytest: nothing of kernelpack (skips when
+    they cannot be installed)."""
+    venv = tmp_path_factory.mktemp("cpu_torch") / "v"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = venv / "bin" / "python"
+    kernels = importlib.metadata.version("kernels")
+    wanted = ["torch==2.13.0", "packaging", f"kernels=={kernels}", "pytest"]
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "-q", *wanted], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot install {' '.join(wanted)}: {done.stderr.strip()[-300:]}")
+    return python
+
+
+@pytest.fixture(scope="session")
 def example_wheel(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path
 ) -> Callable[[str], Path]:
@@ -70,6 +119,7 @@ def example_wheel(
                 pytest.skip("nvcc is not on PATH")
             pytest.importorskip("torch")
             with announced(request.config, f"the {name} wheel", "example_wheel"):
+                ahead.wait(name)  # the background filled the ccache for it (ahead.py)
                 wheels[name] = _build_wheel(name, tmp_path_factory, ccache_dir)
         return wheels[name]
 

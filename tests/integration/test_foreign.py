@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import ahead
 import pytest
 from buildlog import compiles
 from builds import build_env
@@ -39,9 +40,9 @@ pytestmark = pytest.mark.integration
 #: The classic-ABI (`torch/extension.h`) and CUTLASS builds: minutes each on 2 cores.
 SLOW = pytest.mark.slow
 
-FOREIGN = Path(__file__).resolve().parents[1] / "foreign"
-EXAMPLES = FOREIGN / "hf-kernels" / "examples"
-FAST_ARCH = '[tool.kernelpack]\narch = "9.0"\n'
+EXAMPLES = ahead.EXAMPLES
+FAST_ARCH = ahead.FAST_ARCH
+FOREIGN = ahead.FOREIGN
 OUTPUTS = {"build", "dist", "pyproject.toml"}
 
 
@@ -65,12 +66,15 @@ class Built:
     """`_tree_digest` of the copy before the build."""
 
 
-def _build(source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None) -> Built:
+def _build(
+    source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None, ahead_name: str = ""
+) -> Built:
     root = base / source.name
     shutil.copytree(source, root)
     before = _tree_digest(root)
     if pyproject is not None:
         (root / "pyproject.toml").write_text(pyproject)
+    ahead.wait(ahead_name)  # the background filled the ccache for it (ahead.py)
     project = locate(root)
     result = engine.build_project(project, environ=build_env(ccache_dir))
     return Built(root, write_wheel(project, result, base / "dist"), result, before)
@@ -80,7 +84,7 @@ def _build(source: Path, base: Path, ccache_dir: Path, *, pyproject: str | None)
 @compiles("kernel-builder relu")
 def relu(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     base = tmp_path_factory.mktemp("relu")
-    return _build(EXAMPLES / "relu", base, ccache_dir, pyproject=FAST_ARCH)
+    return _build(EXAMPLES / "relu", base, ccache_dir, pyproject=FAST_ARCH, ahead_name="relu")
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +100,9 @@ def cutlass_gemm(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> 
     if importlib_find("cutlass_library") is None:
         pytest.skip("CUTLASS headers not installed (pip install --no-deps nvidia-cutlass)")
     base = tmp_path_factory.mktemp("cutlass_gemm")
-    return _build(EXAMPLES / "cutlass-gemm", base, ccache_dir, pyproject=FAST_ARCH)
+    return _build(
+        EXAMPLES / "cutlass-gemm", base, ccache_dir, pyproject=FAST_ARCH, ahead_name="cutlass_gemm"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -106,12 +112,8 @@ def prime(tmp_path_factory: pytest.TempPathFactory, ccache_dir: Path) -> Built:
     root = base / "prime-kernels"
     shutil.copytree(FOREIGN / "prime-kernels", root)
     before = _tree_digest(root)
-    pyproject = root / "pyproject.toml"
-    text = pyproject.read_text()
-    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    pyproject.write_text(
-        text.replace('requires-python = "~=3.12.0"', f'requires-python = ">={this}"')
-    )
+    ahead.widen_python(root)
+    ahead.wait("prime")
     project = locate(root)
     result = engine.build_project(project, environ=build_env(ccache_dir))
     return Built(root, write_wheel(project, result, base / "dist"), result, before)

@@ -164,21 +164,6 @@ print(json.dumps({{"ids": [a.__name__, b.__name__], "x": x.tolist(), "y": y.toli
     assert result["x"] == result["y"] == [-1.0, -1.0]
 
 
-@pytest.fixture(scope="session")
-def cpu_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with a CPU-only torch, `kernels` and pytest (nothing of kernelpack)."""
-    venv = tmp_path_factory.mktemp("cpu_torch") / "v"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    python = venv / "bin" / "python"
-    wanted = ["torch==2.13.0", f"kernels=={kernels.__version__}", "pytest"]
-    done = subprocess.run(
-        [python, "-m", "pip", "install", "-q", *wanted], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot install {' '.join(wanted)}: {done.stderr.strip()[-300:]}")
-    return python
-
-
 def test_kernel_builder_examples_own_tests_pass_against_the_export(
     relu_hub: Path, cpu_torch_venv: Path, tmp_path: Path
 ) -> None:

@@ -240,24 +240,7 @@ def test_classic_build_recorded_for_another_torch_is_torch_mismatch(demo_copy: P
     ]
 
 
-@pytest.fixture(scope="session")
-def cpu_torch_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A venv holding the CPU-only torch 2.13.0 (kernelpack comes from the source tree)."""
-    venv = tmp_path_factory.mktemp("cpu-torch") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    interpreter = str(venv / "bin" / "python")
-    installed = subprocess.run(
-        [interpreter, "-m", "pip", "install", "-q", "torch==2.13.0", "packaging"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if installed.returncode != 0:
-        pytest.skip(f"cannot install torch 2.13.0: {installed.stderr.strip()[-300:]}")
-    return interpreter
-
-
-def test_cpu_only_torch_is_no_cuda_torch(demo: Path, cpu_torch_python: str) -> None:
+def test_cpu_only_torch_is_no_cuda_torch(demo: Path, cpu_torch_venv: Path) -> None:
     code = FAKE_H200.format(driver="13.0", name="NVIDIA H200") + textwrap.dedent(
         """
         import json
@@ -274,7 +257,7 @@ def test_cpu_only_torch_is_no_cuda_torch(demo: Path, cpu_torch_python: str) -> N
                           "raised": raised}))
         """
     )
-    result = python(code, demo, interpreter=cpu_torch_python)
+    result = python(code, demo, interpreter=str(cpu_torch_venv))
     assert result["torch"].startswith("2.13.0")
     message = f"torch {result['torch']} is a CPU-only build; install a CUDA 13.0 build of torch"
     assert result["status"] == {

@@ -1,5 +1,6 @@
 """Builds ahead: the run's slowest package builds start in the background when the first
-integration test runs, at the lowest CPU priority, and fill the run's ccache.
+integration test runs, at the lowest CPU priority, and fill the run's ccache (and the
+CPU-torch venv, mostly a download, is made there too: `ready_venv`).
 
 The fixture that needs one of them (`test_foreign.py`'s kernel-builder and prime-kernels
 projects, the moe_ops wheel) waits for it (`wait`), then runs its own build of the same copy,
@@ -48,13 +49,50 @@ FOREIGN = HERE.parent / "foreign"
 EXAMPLES = FOREIGN / "hf-kernels" / "examples"
 #: kernel-builder copies build for 9.0 only (the projects' own files are left untouched).
 FAST_ARCH = '[tool.kernelpack]\narch = "9.0"\n'
-#: Test file -> the builds ahead its fixtures consume, in the order they ask for them.
+#: Test file -> the builds ahead its fixtures consume, in the order they ask for them. Besides
+#: package builds, `cpu_torch_venv` is the venv of conftest's fixture of that name (mostly
+#: a download: no compile).
 CONSUMERS: dict[str, tuple[str, ...]] = {
+    "test_hub_export.py": ("cpu_torch_venv",),
+    "test_runtime.py": ("cpu_torch_venv",),
     "test_foreign.py": ("relu", "cutlass_gemm", "prime"),
     "test_moe_ops_cpu.py": ("moe_ops",),
 }
+CPU_TORCH_VENV = "cpu_torch_venv"
 #: The longest a consumer waits for the background (then it builds by itself).
 WAIT_S = 3600.0
+
+
+def cpu_torch_requirements() -> list[str]:
+    """What the CPU-torch venv holds: the CPU-only torch 2.13.0, packaging, Hugging Face's
+    `kernels` (this environment's version) and pytest."""
+    import importlib.metadata
+
+    return [
+        "torch==2.13.0",
+        "packaging",
+        f"kernels=={importlib.metadata.version('kernels')}",
+        "pytest",
+    ]
+
+
+def make_cpu_torch_venv(venv: Path) -> subprocess.CompletedProcess[str]:
+    """Create the CPU-torch venv at `venv`; pip's outcome."""
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    return subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "-q", *cpu_torch_requirements()],
+        capture_output=True,
+        text=True,
+    )
+
+
+def ready_venv() -> Path | None:
+    """The interpreter of the background's CPU-torch venv, once it is done and whole."""
+    current = _current
+    if current is None or not wait(CPU_TORCH_VENV):
+        return None
+    python = current.done / CPU_TORCH_VENV / "bin" / "python"
+    return python if (current.done / f"{CPU_TORCH_VENV}.ok").exists() else None
 
 
 def widen_python(root: Path) -> None:
@@ -114,9 +152,18 @@ class Background:
 _current: Background | None = None
 
 
+def _lowest_priority() -> None:
+    """In the child: a process group of its own (`stop` ends it whole) in the same session,
+    and the lowest priority. Not a session of its own: with the kernel's autogroups, a new
+    session is a new scheduling group with a fair share of the CPU, whatever its nice value."""
+    os.setpgid(0, 0)
+    os.nice(19)
+
+
 def wanted(modules: set[str]) -> tuple[str, ...]:
     """The builds ahead that the collected test files (`modules`, file names) consume."""
-    return tuple(name for module, names in CONSUMERS.items() if module in modules for name in names)
+    names = (name for module, names in CONSUMERS.items() if module in modules for name in names)
+    return tuple(dict.fromkeys(names))
 
 
 def consumers_last(modules: list[str]) -> list[int]:
@@ -136,8 +183,7 @@ def start(names: tuple[str, ...], ccache_dir: Path, done: Path) -> Background:
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: os.nice(19),  # the lowest priority: only idle CPU
+        preexec_fn=_lowest_priority,
     )
     log.close()
     _current = Background(process, done, names)
@@ -179,11 +225,19 @@ def _main(argv: list[str]) -> int:
     from kernelpack.builder import engine
     from kernelpack.project.locate import locate
 
-    for name in argv[2:]:
+    for name in dict.fromkeys(argv[2:]):
         if not _claim(done, name, "background"):
             print(f"{name}: its consumer builds it", flush=True)
             continue
         started = time.monotonic()
+        if name == CPU_TORCH_VENV:
+            installed = make_cpu_torch_venv(done / name)
+            print(f"{name}: pip exit {installed.returncode} in {time.monotonic() - started:.1f} s")
+            print(installed.stdout + installed.stderr, flush=True)
+            if installed.returncode == 0:
+                (done / f"{name}.ok").touch()
+            (done / name).touch()
+            continue
         with tempfile.TemporaryDirectory(prefix=f"ahead-{name}-") as base:
             try:
                 root = prepare(name, Path(base))

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -91,20 +90,18 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The interpreter of a venv holding the CPU-only torch 2.13.0, packaging, Hugging Face's
-    `kernels` (this environment's version) and pytest: nothing of kernelpack (skips when
-    they cannot be installed)."""
+    """The interpreter of a venv holding `ahead.cpu_torch_requirements()` (a CPU-only torch,
+    Hugging Face's `kernels`, pytest; nothing of kernelpack), made in the background when it
+    could be (ahead.py); skips when they cannot be installed."""
+    ready = ahead.ready_venv()
+    if ready is not None:
+        return ready
     venv = tmp_path_factory.mktemp("cpu_torch") / "v"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    python = venv / "bin" / "python"
-    kernels = importlib.metadata.version("kernels")
-    wanted = ["torch==2.13.0", "packaging", f"kernels=={kernels}", "pytest"]
-    done = subprocess.run(
-        [python, "-m", "pip", "install", "-q", *wanted], capture_output=True, text=True
-    )
+    done = ahead.make_cpu_torch_venv(venv)
     if done.returncode != 0:
-        pytest.skip(f"cannot install {' '.join(wanted)}: {done.stderr.strip()[-300:]}")
-    return python
+        wanted = " ".join(ahead.cpu_torch_requirements())
+        pytest.skip(f"cannot install {wanted}: {done.stderr.strip()[-300:]}")
+    return venv / "bin" / "python"
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,9 @@ For each package (`examples/llm_ops`, and a CUTLASS-using package when one is gi
 - remote-warm: a fresh clone at the same path (as on another CI runner), another empty
   local cache, the same Redis: every compile is a remote hit;
 - remote-warm, other path: the same from a clone in another folder (a developer's machine):
-  the command lines are the same in every clone (`kernelpack.builder.graph`), so every
-  compile is a remote hit there too;
+  the command lines are the same in every clone (`kernelpack.builder.graph`), but nvcc hands
+  cudafe++ and cicc the canonical absolute source path, which sccache hashes: those steps
+  run again there (the host steps and ptxas hit);
 - sccache local-warm: a fresh clone, sccache on its local disk cache only, warmed by one
   build before;
 - ccache local-warm: the same with ccache (`CCACHE_BASEDIR`/`CCACHE_NOHASHDIR`), warmed by a

@@ -3,10 +3,12 @@
 Machine A (a clone with its own empty local cache) builds `examples/llm_ops` and the classic
 kernel of `kpdemo` once, cold, writing every object to both backends (sccache's multi-level
 chain `redis,s3`). Machine B (a fresh clone with another empty local cache and one backend)
-builds them again and gets every compile from the backend: reading Redis, B is a clone in
-another folder (a developer's machine: nvcc's sources are spelled the same in every clone,
-`kernelpack.builder.graph`); reading S3, B checks out at the path A used, as two CI runners
-do. Both servers are real processes started here and stopped after the module.
+builds them again. At the path A used (two CI runners), B gets every compile from Redis and
+from S3. In another folder (a developer's machine), the command lines are the same
+(`kernelpack.builder.graph`) and the .cpp compiles and the host steps and ptxas of each .cu
+compile hit, but nvcc hands cudafe++ and cicc the canonical absolute source path as an
+argument, which sccache hashes: those steps run again. Both servers are real processes
+started here and stopped after the module.
 """
 
 from __future__ import annotations
@@ -251,15 +253,31 @@ def test_cold_build_misses_and_writes_every_object_to_both_backends(
     assert len(_s3_objects(s3_port)) > 1  # more than sccache's own startup check object
 
 
-def test_fresh_clone_elsewhere_with_an_empty_local_cache_hits_redis_for_every_compile(
+def test_fresh_clone_with_an_empty_local_cache_hits_redis_for_every_compile(
     machine_a: Machine, tmp_path_factory: pytest.TempPathFactory, sccache: str, redis_port: int
 ) -> None:
-    b = _machine_b(tmp_path_factory, machine_a, sccache, _redis_env(redis_port), elsewhere=True)
+    b = _machine_b(tmp_path_factory, machine_a, sccache, _redis_env(redis_port))
     for name in PACKAGES:
         stats = b.stats(name)
         assert stats.backend == "redis"
         assert (stats.misses, stats.errors) == (0, 0), stats
         assert stats.remote_hits == stats.hits > 0
+    assert b.libraries == machine_a.libraries
+
+
+def test_fresh_clone_elsewhere_hits_redis_for_the_host_steps_not_cudafe_and_cicc(
+    machine_a: Machine, tmp_path_factory: pytest.TempPathFactory, sccache: str, redis_port: int
+) -> None:
+    """A clone in another folder: the .cpp compiles and the host steps and ptxas of each .cu
+    compile hit; nvcc hands cudafe++ and cicc the source's canonical absolute path as an
+    argument, which sccache hashes, so those run again and each .cu compile counts as a miss."""
+    b = _machine_b(tmp_path_factory, machine_a, sccache, _redis_env(redis_port), elsewhere=True)
+    for name in PACKAGES:
+        stats = b.stats(name)
+        steps = b.results[name].compiled
+        nvcc = sum(1 for step in steps if step.tool == "nvcc")
+        assert (stats.misses, stats.hits, stats.errors) == (nvcc, len(steps) - nvcc, 0), stats
+        assert stats.backend == "redis" and stats.remote_hits == stats.hits > 0
     assert b.libraries == machine_a.libraries
 
 

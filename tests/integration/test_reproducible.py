@@ -2,8 +2,8 @@
 its own empty compiler cache (so both compile for real), give byte-identical libraries and
 wheels (with SOURCE_DATE_EPOCH) through no launcher, ccache and sccache alike (with debug
 info, `-g`, that names no folder of either clone, except through sccache); a clone in a third
-folder sharing the first's cache gets every compile from it (ccache and sccache); corrupt
-objects in the cache are compiled again, never installed."""
+folder sharing the first's cache gets every compile from it (through sccache, all but nvcc's
+cudafe++ and cicc steps); corrupt objects in the cache are compiled again, never installed."""
 
 from __future__ import annotations
 
@@ -104,7 +104,11 @@ def test_a_clone_elsewhere_gets_every_compile_from_a_shared_cache(
     second = _build(tmp_path / "other" / "b", env, tmp_path / "wheels-b")
     stats = second[2]
     assert stats is not None
-    assert (stats.misses, stats.hits > 0) == (0, True), stats  # type: ignore[attr-defined]
+    # Through sccache, the .cu compile's cudafe++ and cicc steps run again there: nvcc hands
+    # them the canonical absolute source path as an argument, which sccache hashes. Its host
+    # step and ptxas hit, and so does the module init's compile.
+    missed = 1 if launcher == "sccache" else 0
+    assert (stats.misses, stats.hits) == (missed, 2 - missed), stats  # type: ignore[attr-defined]
     assert first[0] == second[0]
 
 

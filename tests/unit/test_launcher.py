@@ -318,3 +318,30 @@ def test_ccache_remote_storage_hits_are_counted_as_remote(
         _compile(tool, cache.env, source)
     assert cache.stats is not None
     assert (cache.stats.backend, cache.stats.hits, cache.stats.remote_hits) == ("local+file", 1, 1)
+
+
+def _sccache_counters(hits: dict[str, int], misses: dict[str, int]) -> dict[str, object]:
+    return {"cache_hits": {"counts": hits}, "cache_misses": {"counts": misses}}
+
+
+@pytest.mark.parametrize(
+    ("hits", "misses", "expected"),
+    [
+        # cold: every step of both .cu compiles and the .cpp compile missed
+        ({}, {"CUDA": 2, "C/C++": 1, "CUDA (Device code)": 2, "PTX": 2, "CUBIN": 2}, (0, 3)),
+        # warm, same folder: every step hit
+        ({"CUDA": 2, "C/C++": 1, "CUDA (Device code)": 2, "PTX": 2, "CUBIN": 2}, {}, (3, 0)),
+        # warm, a clone elsewhere: host steps and ptxas hit, cudafe++ and cicc ran again
+        (
+            {"CUDA": 2, "C/C++": 1, "CUBIN": 2},
+            {"CUDA (Device code)": 2, "PTX": 2},
+            (1, 2),
+        ),
+        # two archs per compile: more cicc steps than compiles never count beyond the compiles
+        ({"C/C++": 1}, {"CUDA": 1, "PTX": 2, "CUBIN": 2}, (1, 1)),
+    ],
+)
+def test_an_nvcc_compile_hits_only_when_all_its_steps_did(
+    hits: dict[str, int], misses: dict[str, int], expected: tuple[int, int]
+) -> None:
+    assert compiler_cache._compile_counts(_sccache_counters(hits, misses)) == expected

@@ -473,7 +473,7 @@ def _sccache_stats(current: Session) -> CacheStats | None:
         stats = data["stats"]
     except (ValueError, KeyError, TypeError):
         return None
-    hits = _total(stats.get("cache_hits"))
+    hits, misses = _compile_counts(stats)
     levels = stats.get("multi_level")
     if isinstance(levels, list) and levels:
         # A chain such as "disk,redis": each level says where its hits came from.
@@ -495,7 +495,7 @@ def _sccache_stats(current: Session) -> CacheStats | None:
         launcher="sccache",
         backend=backend,
         hits=hits,
-        misses=_total(stats.get("cache_misses")),
+        misses=misses,
         remote_hits=remote_hits,
         local_hits=local_hits,
         errors=_total(stats.get("cache_errors"))
@@ -527,6 +527,28 @@ def _read_only(env: Mapping[str, str]) -> bool:
 
 # The phases sccache splits one nvcc compile into, each counted besides the compile itself.
 _NVCC_PHASES = frozenset({"CUDA (Device code)", "PTX", "CUBIN"})
+
+
+def _counts(counter: object) -> dict[str, int]:
+    """A sccache counter's counts by language (empty when it has none)."""
+    counts = counter.get("counts") if isinstance(counter, dict) else None
+    if not isinstance(counts, dict):
+        return {}
+    return {str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
+
+
+def _compile_counts(stats: Mapping[str, object]) -> tuple[int, int]:
+    """(hits, misses) over compile commands. sccache counts an nvcc compile's host step under
+    `CUDA` and its cudafe++, cicc and ptxas steps apart (`_NVCC_PHASES`), and never caches
+    the compile whole: a `.cu` compile hit only when its steps did, so as many `.cu` compiles
+    missed as the most-missed step says (exact for one arch per compile, a lower bound for
+    several)."""
+    hit, missed = _counts(stats.get("cache_hits")), _counts(stats.get("cache_misses"))
+    hits = sum(n for k, n in hit.items() if k not in _NVCC_PHASES and k != "CUDA")
+    misses = sum(n for k, n in missed.items() if k not in _NVCC_PHASES and k != "CUDA")
+    cuda = hit.get("CUDA", 0) + missed.get("CUDA", 0)
+    cuda_missed = min(cuda, max([missed.get(k, 0) for k in (*_NVCC_PHASES, "CUDA")]))
+    return hits + cuda - cuda_missed, misses + cuda_missed
 
 
 def _total(counter: object) -> int:

@@ -28,6 +28,7 @@ __all__ = [
     "overlay_venv",
     "pip",
     "pip_env",
+    "purelib",
     "requirements_of",
     "torch_venv",
 ]
@@ -74,28 +75,26 @@ def requirements_of(top: str) -> set[str]:
     return needed
 
 
+def purelib(python: Path) -> Path:
+    """The site-packages folder of interpreter `python`."""
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    found = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
 def new_venv(folder: Path) -> tuple[Path, Path]:
     """A new venv without pip: (its python, its site-packages)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
     python = folder / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return python, Path(purelib)
+    return python, purelib(python)
 
 
 def overlay_venv(folder: Path) -> Path:
     """A venv at `folder` that also sees this interpreter's site-packages; returns `folder`."""
     subprocess.run([sys.executable, "-m", "venv", folder], check=True)
-    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    purelib = subprocess.run(
-        [folder / "bin" / "python", "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
     ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    site = purelib(folder / "bin" / "python")
+    (site / "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
     return folder
 
 

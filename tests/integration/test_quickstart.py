@@ -13,11 +13,11 @@ import re
 import shlex
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 from buildlog import compiles
+from venvs import overlay_venv
 
 pytestmark = pytest.mark.integration
 
@@ -31,23 +31,6 @@ def _blocks() -> list[str]:
     return BLOCK.findall(QUICKSTART.read_text(encoding="utf-8"))
 
 
-def _venv(folder: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    purelib = subprocess.run(
-        [
-            str(folder / "bin" / "python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    Path(purelib, "zz_parent_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return folder
-
-
 @pytest.fixture(scope="module")
 @compiles("the docs/quickstart.md walk-through")
 def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
@@ -55,7 +38,7 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Pa
     if not _blocks():
         pytest.fail(f"{QUICKSTART}: no bash blocks")
     base = tmp_path_factory.mktemp("quickstart")
-    venv = _venv(base / "venv")
+    venv = overlay_venv(base / "venv")
     work = base / "work"
     work.mkdir()
     script = ["set -euo pipefail"]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import venvs
 
 from kernelpack.bazel.bridge import pth_name
 from kernelpack.cli import main
@@ -27,17 +28,7 @@ def make_venv(path: Path, python: str = sys.executable) -> Path:
 
 
 def purelib(venv: Path) -> Path:
-    found = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(found.stdout.strip())
+    return venvs.purelib(venv / "bin" / "python")
 
 
 def imports(venv: Path, module: str) -> bool:

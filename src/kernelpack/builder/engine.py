@@ -37,7 +37,7 @@ from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.filekinds import is_header
 from kernelpack.toolchain.launcher import Choice as LauncherChoice
 from kernelpack.toolchain.launcher import cache as compiler_cache
-from kernelpack.toolchain.launcher import farm, kind_of
+from kernelpack.toolchain.launcher import farm
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
 from kernelpack_runtime._files import write_text_atomic
@@ -211,7 +211,7 @@ class _GraphInputs:
             nvcc_append=environment.nvcc_append_flags,
             measure=memory.shim() if memory.measurable(launcher) else (),
         )
-        if kind_of(launcher) == "sccache":
+        if graph.aliases_sources(launcher):
             graph.link_root(self.build_dir, self.root)
         _write_if_changed(self.build_dir / graph.FILENAME, text)
 

@@ -54,6 +54,7 @@ __all__ = [
     "ROOT_LINK",
     "GraphKernel",
     "Pools",
+    "aliases_sources",
     "link_root",
     "render",
 ]
@@ -176,8 +177,8 @@ def render(
     prefix = _root_prefix(build_dir, root)
     prefix_map = [] if "," in prefix else [f"-ffile-prefix-map={prefix}="]
     nvcc_maps = list(prefix_map)
-    aliased = kind_of(launcher) == "sccache"
-    if aliased:  # sources spelled below CWD_ALIAS (the module's docstring says why)
+    aliased = aliases_sources(launcher)
+    if aliased:
         nvcc_maps.append(f"-ffile-prefix-map={CWD_ALIAS}{ROOT_LINK}/=")
     w.variable("prefix_map", _words(prefix_map))
     w.variable("nvcc_prefix_map", _words([x for m in nvcc_maps for x in ("-Xcompiler", m)]))
@@ -273,6 +274,12 @@ def _write_kernel(
         variables={"ldflags": _words(flags.ldflags)},
     )
     w.newline()
+
+
+def aliases_sources(launcher: Path | None) -> bool:
+    """Whether the graph spells `.cu` sources below `CWD_ALIAS` for `launcher` (sccache: the
+    module's docstring says why); the build folder then needs `link_root`."""
+    return kind_of(launcher) == "sccache"
 
 
 def link_root(build_dir: Path, root: Path) -> None:

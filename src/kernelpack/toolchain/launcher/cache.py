@@ -213,7 +213,7 @@ class Session:
     filled when the session closes.
     """
 
-    def __init__(self, launcher: Path | None, env: dict[str, str]) -> None:
+    def __init__(self, launcher: Path | None, env: dict[str, str], cwd: Path | None = None) -> None:
         self.launcher = launcher
         self.env = env
         self.stats: CacheStats | None = None
@@ -228,7 +228,7 @@ class Session:
         self._binary = launcher
         self._relays: list[_Relay] = []
         self._stream: TextIO | None = None
-        self.cwd: Path | None = None
+        self.cwd = cwd
         """The folder sccache's server runs in (None: this process's)."""
 
     @property
@@ -272,8 +272,7 @@ def session(
     `cwd` is the folder the compiles run in (the build folder): sccache's server runs there
     too, so that a source path relative to the working folder means the same file to both.
     """
-    current = Session(launcher, dict(env))
-    current.cwd = cwd
+    current = Session(launcher, dict(env), cwd)
     current._stream = stream
     kind = kind_of(launcher) if active else None
     try:
@@ -553,12 +552,7 @@ def _compile_counts(stats: Mapping[str, object]) -> tuple[int, int]:
 
 def _total(counter: object) -> int:
     """A counter's total over compile commands (`CUDA`, `C/C++`), nvcc's phases left out."""
-    if not isinstance(counter, dict):
-        return 0
-    counts = counter.get("counts")
-    if not isinstance(counts, dict):
-        return 0
-    return sum(int(v) for k, v in counts.items() if isinstance(v, int) and k not in _NVCC_PHASES)
+    return sum(n for k, n in _counts(counter).items() if k not in _NVCC_PHASES)
 
 
 def _local_only(env: Mapping[str, str]) -> dict[str, str]:

@@ -152,11 +152,17 @@ def _job_count(plan: BuildPlan, options: BuildOptions) -> int:
 
 
 def _announce(plan: BuildPlan, options: BuildOptions, jobs: int) -> None:
-    if options.announce is None or options.output == "quiet":
+    if options.output == "quiet":
         return
-    line = options.announce(plan, jobs)
+    out = options.stream if options.stream is not None else sys.stderr
+    for note in plan.manifest.notes:
+        out.write(f"kernelpack: note: {note}\n")
+    for kernel in plan.to_build:
+        for line in kernel.left_out:
+            out.write(f"kernelpack: {kernel.name}: leaves out {line}\n")
+    line = options.announce(plan, jobs) if options.announce is not None else None
     if line is not None:
-        (options.stream if options.stream is not None else sys.stderr).write(line + "\n")
+        out.write(line + "\n")
 
 
 def _graph_kernels(plan: BuildPlan, build_dir: Path, root: Path) -> list[graph.GraphKernel]:
@@ -168,8 +174,19 @@ def _graph_kernels(plan: BuildPlan, build_dir: Path, root: Path) -> list[graph.G
         if headers:
             kernel = replace(kernel, dep_include_dirs=(*headers, *kernel.dep_include_dirs))
         flags = kernel_flags(kernel, plan.toolchain, limited_api=plan.python_floor)
-        sources = [s for s in kernel.spec.sources if not is_header(s)]
-        if not modinit.defines_module_init(sources):
+        compiled = [s for s in kernel.spec.sources if not is_header(s)]
+        in_parts = {s for part in kernel.spec.parts for s in part.sources}
+        units = tuple(
+            graph.Unit(
+                sources=tuple(s for s in part.part.sources if not is_header(s)),
+                flags=kernel_flags(
+                    kernel, plan.toolchain, limited_api=plan.python_floor, part=part
+                ),
+            )
+            for part in kernel.parts
+        )
+        sources = [s for s in compiled if s not in in_parts]
+        if not modinit.defines_module_init(compiled):
             sources.append(_write_modinit(kernel, build_dir, plan.python_floor))
         nodes.append(
             graph.GraphKernel(
@@ -179,6 +196,7 @@ def _graph_kernels(plan: BuildPlan, build_dir: Path, root: Path) -> list[graph.G
                 library=f"lib/{kernel.name}/{library_name(kernel)}",
                 package_dir=plan.manifest.package_dir,
                 root=root,
+                units=units,
             )
         )
     return nodes
@@ -230,7 +248,7 @@ def _compile(
     launcher = plan.toolchain.launcher
     build_dir = inputs.build_dir
     # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
-    threads = max(node.flags.threads for node in inputs.nodes)
+    threads = max(group.flags.threads for node in inputs.nodes for group in node.groups)
     per_job = memory.plan(
         _pool_outputs(inputs.nodes, build_dir),
         memory.load(build_dir),
@@ -287,8 +305,9 @@ def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[s
     """The objects of the heavy and the light pool's compiles."""
     outputs: dict[str, list[str]] = {"heavy": [], "light": []}
     for node in nodes:
-        pool = outputs["heavy" if node.flags.heavy else "light"]
-        pool.extend(node.object_for(source, build_dir) for source in node.sources)
+        for group in node.groups:
+            pool = outputs["heavy" if group.flags.heavy else "light"]
+            pool.extend(node.object_for(source, build_dir) for source in group.sources)
     return outputs
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from packaging.version import Version
 
 from kernelpack.errors import BuildError
-from kernelpack.plan import KernelPlan
+from kernelpack.plan import KernelPlan, PartPlan
 from kernelpack.toolchain.detection import Toolchain
 
 __all__ = [
     "INCLUDE_DIR",
+    "KERNEL_BUILDER_DROPPED",
     "SHARED_LIBSTDCXX",
     "KernelFlags",
     "kernel_flags",
@@ -47,6 +48,16 @@ def shared_libstdcxx(loaded: str | None) -> tuple[str, ...]:
     if loaded is None:
         return SHARED_LIBSTDCXX
     return (SHARED_LIBSTDCXX[0], loaded, SHARED_LIBSTDCXX[2])
+
+
+#: torch's nvcc defines kernel-builder drops for CUDA >= 11.8 (it adds `-DENABLE_FP8`):
+#: half and bfloat16 keep their operators and conversions.
+KERNEL_BUILDER_DROPPED = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+)
 
 
 def stable_target_hex(target: Version) -> str:
@@ -89,9 +100,15 @@ def nvcc_threads(gencode_flags: tuple[str, ...]) -> int:
 
 
 def kernel_flags(
-    kernel: KernelPlan, toolchain: Toolchain, *, limited_api: tuple[int, int] = (3, 10)
+    kernel: KernelPlan,
+    toolchain: Toolchain,
+    *,
+    limited_api: tuple[int, int] = (3, 10),
+    part: PartPlan | None = None,
 ) -> KernelFlags:
-    """The flags for one planned kernel; `BuildError` when torch gave no extension flags."""
+    """The flags for one planned kernel, or for one of its parts (its archs, flags and
+    include folders instead of the kernel's own); `BuildError` when torch gave no extension
+    flags."""
     torch = toolchain.torch_extension
     if torch is None:
         why = toolchain.torch_missing or toolchain.torch_extension_missing or "unknown"
@@ -111,23 +128,34 @@ def kernel_flags(
         ]
     defines += [f"-D{name}={value}" for name, value in sorted(spec.defines.items())]
 
+    own_includes = part.part.include_dirs if part is not None else spec.include_dirs
     includes = [str(INCLUDE_DIR)]
-    includes += [str(d) for d in spec.include_dirs]
+    includes += [str(d) for d in own_includes]
     includes += [str(d) for d in kernel.dep_include_dirs]
     includes += list(torch.include_dirs)
     includes += [str(d) for d in toolchain.nvidia_include_dirs]
     includes.append(sysconfig.get_paths()["include"])
 
     std = f"-std=c++{kernel.cxx_std}"
-    nvcc = [*kernel.gencode_flags, std, "-O3", "-Xcompiler", "-fPIC"]
-    nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
-    nvcc += list(spec.nvcc_flags)
-    threads = nvcc_threads(kernel.gencode_flags)
+    gencode = part.gencode_flags if part is not None else kernel.gencode_flags
+    kernel_builder = spec.compile_rules == "kernel-builder"
+    nvcc = [*gencode, std, "-O3", "-Xcompiler", "-fPIC"]
+    if kernel_builder:
+        nvcc += [f for f in torch.nvcc_flags if f not in KERNEL_BUILDER_DROPPED]
+        nvcc += ["-DENABLE_FP8"]
+    else:
+        nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
+    nvcc += list(part.part.nvcc_flags if part is not None else spec.nvcc_flags)
+    threads = nvcc_threads(gencode)
     if threads > 1:
         # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
         # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
         nvcc += ["--threads", str(threads)]
-    cxx = [std, "-O3", "-fPIC", *spec.cxx_flags]
+    cxx = [std, "-O3", "-fPIC"]
+    if kernel_builder:
+        # kernel-builder: keeps template statics of two loaded extensions apart
+        cxx.append("-fno-gnu-unique")
+    cxx += list(part.part.cxx_flags if part is not None else spec.cxx_flags)
     cc = ["-O2", "-fPIC"]
 
     library_dirs = list(torch.library_dirs)

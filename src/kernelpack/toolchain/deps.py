@@ -45,7 +45,7 @@ def resolve(
     target = settings.deps.get(name)
     if target is not None:
         return _from_setting(name, target, settings, root)
-    if name == "cutlass":
+    if name == "cutlass" or re.fullmatch(r"cutlass_\d+_\d+", name):
         return _cutlass()
     known = ", ".join(sorted(known_deps(settings)))
     raise UsageError(

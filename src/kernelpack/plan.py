@@ -540,7 +540,12 @@ def _torch_bounds_reason(spec: KernelSpec, toolchain: Toolchain) -> Reason | Non
     if torch is None:
         return None
     release = Version(".".join(str(part) for part in torch.release[:2]))
-    if spec.abi == "stable" and release < spec.stable_target:
+    if (
+        spec.compile_rules == "kernel-builder"
+        and spec.abi == "stable"
+        and release < spec.stable_target
+    ):
+        # kernel-builder refuses to build a stable target newer than the torch it builds with
         return Reason(
             "platform-excluded",
             f"targets the stable ABI of torch {spec.stable_target}, building against torch "

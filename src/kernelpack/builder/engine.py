@@ -158,11 +158,11 @@ def _announce(plan: BuildPlan, options: BuildOptions, jobs: int) -> None:
     for note in plan.manifest.notes:
         out.write(f"kernelpack: note: {note}\n")
     for kernel in plan.to_build:
-        for line in kernel.left_out:
-            out.write(f"kernelpack: {kernel.name}: leaves out {line}\n")
-    line = options.announce(plan, jobs) if options.announce is not None else None
-    if line is not None:
-        out.write(line + "\n")
+        for left_out in kernel.left_out:
+            out.write(f"kernelpack: {kernel.name}: leaves out {left_out}\n")
+    settings = options.announce(plan, jobs) if options.announce is not None else None
+    if settings is not None:
+        out.write(settings + "\n")
 
 
 def _graph_kernels(plan: BuildPlan, build_dir: Path, root: Path) -> list[graph.GraphKernel]:

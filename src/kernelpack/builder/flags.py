@@ -15,7 +15,9 @@ from packaging.version import Version
 
 from kernelpack.errors import BuildError
 from kernelpack.plan import KernelPlan, PartPlan
+from kernelpack.project.manifest import KernelSpec
 from kernelpack.toolchain.detection import Toolchain
+from kernelpack.toolchain.torchprobe import TorchExtension
 
 __all__ = [
     "INCLUDE_DIR",
@@ -158,6 +160,23 @@ def kernel_flags(
     cxx += list(part.part.cxx_flags if part is not None else spec.cxx_flags)
     cc = ["-O2", "-fPIC"]
 
+    ldflags = _link_flags(spec, toolchain, torch, stable=stable, cpu=cpu)
+    return KernelFlags(
+        defines=tuple(defines),
+        include_dirs=tuple(dict.fromkeys(includes)),
+        nvcc=tuple(nvcc),
+        cxx=tuple(cxx),
+        cc=tuple(cc),
+        ldflags=tuple(ldflags),
+        heavy=not stable,
+        threads=threads,
+    )
+
+
+def _link_flags(
+    spec: KernelSpec, toolchain: Toolchain, torch: TorchExtension, *, stable: bool, cpu: bool
+) -> list[str]:
+    """Library folders and libraries, after the objects on the link line."""
     library_dirs = list(torch.library_dirs)
     library_dirs += [
         str(d.parent / "lib") for d in toolchain.nvidia_include_dirs if (d.parent / "lib").is_dir()
@@ -172,16 +191,7 @@ def kernel_flags(
         ldflags += [f"-l{lib}" for lib in _for_backend(torch.libraries, cpu=cpu)]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
     ldflags += list(shared_libstdcxx(torch.libstdcxx))
-    return KernelFlags(
-        defines=tuple(defines),
-        include_dirs=tuple(dict.fromkeys(includes)),
-        nvcc=tuple(nvcc),
-        cxx=tuple(cxx),
-        cc=tuple(cc),
-        ldflags=tuple(ldflags),
-        heavy=not stable,
-        threads=threads,
-    )
+    return ldflags
 
 
 def _for_backend(libraries: tuple[str, ...], *, cpu: bool) -> tuple[str, ...]:

@@ -201,15 +201,18 @@ class Tables:
             maxver=high,
             pyext=self.pyext(torch),
             cxx_flags=torch.strings("cxx-flags", expected="C++ compiler flags"),
-            stable_abi=self.stable_abi(torch) if stable_abi is not None else {},
+            stable_abi=self.stable_abi(torch, per_backend=stable_abi == "either")
+            if stable_abi is not None
+            else {},
         )
 
-    def stable_abi(self, torch: Table) -> dict[str, Version]:
-        """`stable-abi = "2.9"` (every backend) or `[torch.stable-abi] cuda = "2.10"`."""
+    def stable_abi(self, torch: Table, *, per_backend: bool) -> dict[str, Version]:
+        """`stable-abi = "2.9"` (every backend) or, where the format has it (`per_backend`),
+        `[torch.stable-abi] cuda = "2.10"`."""
         value = torch.data.get("stable-abi")
         if value is None:
             return {}
-        if isinstance(value, dict):
+        if isinstance(value, dict) and per_backend:
             table = self.table("torch.stable-abi", value)
             table.check_keys(BACKENDS)
             targets = {backend: table.version(backend, example="2.10") for backend in value}

@@ -20,7 +20,7 @@ import ninja
 import pytest
 from fakes.projects import write_tree
 
-from kernelpack.builder import engine, graph
+from kernelpack.builder import graph, nodes
 from kernelpack.plan import plan_project
 from kernelpack.project.locate import locate
 from kernelpack.toolchain.detection import detect
@@ -101,9 +101,9 @@ def commands(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     plan = plan_project(project, environ={}, tools=detect({}))
     build_dir = root / "build"
     build_dir.mkdir()
-    nodes = engine._graph_kernels(plan, build_dir, root)
+    kernels = nodes.nodes_of(plan, build_dir, root)
     text = graph.render(
-        nodes,
+        kernels,
         build_dir=build_dir,
         root=root,
         nvcc=Path("nvcc"),

@@ -130,7 +130,7 @@ def kernel_flags(
     cxx = [std, "-O3", "-fPIC", *spec.cxx_flags]
     cc = ["-O2", "-fPIC"]
 
-    library_dirs = list(torch.library_dirs)
+    library_dirs = [*torch.library_dirs, *map(str, toolchain.link_dirs)]
     library_dirs += [
         str(d.parent / "lib") for d in toolchain.nvidia_include_dirs if (d.parent / "lib").is_dir()
     ]

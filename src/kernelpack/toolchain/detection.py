@@ -279,9 +279,7 @@ def _toolkit(
     failed = system.missing.message if system.missing else passed
     problem = cudawheels.unsupported(target)
     if problem is not None:
-        if system.missing is None:  # better a toolkit of another release than none
-            return _Toolkit(system, "system", f"{passed}, and {problem}")
-        return _Toolkit(_Nvcc(missing=_missing(f"{failed}; {problem}")), "system", passed)
+        return _fallback(system, failed, passed, problem)
     env = dict(environment.inherited)
     cache = cache_dir(env)
     root = cudawheels.root_in(nvidia_roots, target.major)
@@ -297,17 +295,25 @@ def _toolkit(
             toolkit = toolkits.install(target, env, say=say, timeout=environment.lock_timeout)
         except ToolkitError as exc:
             say(f"kernelpack: {exc}")
-            return _Toolkit(_Nvcc(missing=_missing(f"{failed}; {exc}")), "cache", passed)
+            return _fallback(system, failed, passed, str(exc))
     if toolkit is None:
         hint = (
             f"the CUDA {target} wheels are not in kernelpack's cache ({toolkits.root}"
             f"{'; ' + problem if problem else ''}): a build installs them, as does "
             f"`kernelpack toolchain install`"
         )
-        return _Toolkit(_Nvcc(missing=_missing(f"{failed}; {hint}")), "cache", passed)
+        return _fallback(system, failed, passed, hint)
     found = _probe_nvcc(toolkit.root / "bin" / "nvcc", toolkit.root, env)
     why = f"{passed}; the CUDA {target} wheels in kernelpack's cache"
     return _Toolkit(found, "cache", why, _links(toolkit.root, cache))
+
+
+def _fallback(system: _Nvcc, failed: str, passed: str, problem: str) -> _Toolkit:
+    """No wheel toolkit: the system one of another release when there is one (the plan
+    then says what it cannot build), else none, saying why."""
+    if system.missing is None:
+        return _Toolkit(system, "system", f"{passed}; {problem}")
+    return _Toolkit(_Nvcc(missing=_missing(f"{failed}; {problem}")), "cache", passed)
 
 
 def _origin(environment: BuildEnvironment, system: _Nvcc) -> str:

@@ -4,18 +4,20 @@ In one run on this machine:
 
 - set-up of the wheel toolkit (`kernelpack toolchain install`, the real pip and index):
   cold (empty pip cache, empty kernelpack cache), warm (pip's cache filled by the cold run,
-  an empty kernelpack cache) and again (installed: the digest check alone); the bytes
-  downloaded (pip's cache after the cold run) and the toolkit's size on disk;
+  an empty kernelpack cache) and again (installed: the digest check alone); the size of the
+  five wheels (what a cold set-up downloads), the toolkit's size on disk, and where pip's
+  index is (a machine whose index is a local `file://` mirror downloads nothing: its cold
+  and warm set-ups are alike);
 - the system toolkit: its size on disk (`/usr/local/cuda-<release>`). Its set-up time is
   not measured: it comes from NVIDIA's apt repository or installer, which this machine
   cannot reach. The size of NVIDIA's CUDA devel container image is a figure its publisher
   states on the image's tag page (`--devel-image-gb`, `--devel-image-source`); it is
   recorded as given, never guessed;
 - `examples/llm_ops` built cold (no compiler cache: `KERNELPACK_LAUNCHER=none`) with each
-  toolkit, the system one hidden for the wheel build (no nvcc on PATH, CUDA_HOME unset, no
-  /usr/local/cuda); the two wheels' names (version with its ABI tag, Python and manylinux
-  tags) and their records' archs are compared. `--moe` does the same for examples/moe_ops
-  (CUTLASS, classic ABI; many minutes on 2 cores).
+  toolkit, `--repeat` times each, alternated, the system one hidden for the wheel builds (no
+  nvcc on PATH, CUDA_HOME unset, no /usr/local/cuda); the wheels' names (version with its
+  ABI tag, Python and manylinux tags) and their records' archs are compared. `--moe` does
+  the same for examples/moe_ops (CUTLASS, classic ABI; many minutes on 2 cores).
 
 Usage: `python benchmarks/toolchain.py [--json benchmarks/results/toolchain.json] [--moe]`
 """
@@ -39,6 +41,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results" / "toolchain.json"
 MIB = 1024**2
+WHEELS = (
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+)
 # The CLI with the default toolkit folder hidden too (it is not a variable).
 _HIDDEN_CLI = (
     "import sys; from pathlib import Path; from kernelpack.toolchain import detection; "
@@ -93,6 +102,20 @@ def setup(work: Path, base: dict[str, str]) -> dict[str, Any]:
             results["downloaded_mib"] = round(_size(pip_cache) / MIB, 1)
     seconds, out = _kernelpack(["toolchain", "install", "--cuda", "13.0"], env, hidden=True)
     results["installed_again_seconds"] = round(seconds, 1)
+    wanted = [f"{name}==13.0.*" for name in WHEELS]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", work / "dl", *wanted],
+        check=True,
+        env=base,
+    )
+    results["wheels_mib"] = round(_size(work / "dl") / MIB, 1)
+    results["wheels"] = sorted(p.name for p in (work / "dl").iterdir())
+    config = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, env=base
+    ).stdout
+    results["pip_index"] = [
+        line for line in config.splitlines() if "index" in line or "find-links" in line
+    ]
     results["toolkit_root"] = out.split("toolkit: ", 1)[1].split(" (", 1)[0]
     folder = Path(results["toolkit_root"]).parent.parent
     results["disk_mib"] = round(_size(folder) / MIB, 1)
@@ -100,8 +123,8 @@ def setup(work: Path, base: dict[str, str]) -> dict[str, Any]:
     return results
 
 
-def build(name: str, work: Path, env: dict[str, str], *, hidden: bool) -> dict[str, Any]:
-    project = work / f"{name}-{'wheel' if hidden else 'system'}"
+def build(name: str, work: Path, env: dict[str, str], *, hidden: bool, tag: str) -> dict[str, Any]:
+    project = work / f"{name}-{tag}"
     shutil.copytree(
         REPO / "examples" / name, project, ignore=shutil.ignore_patterns("build", "dist", "*.so")
     )
@@ -127,6 +150,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--moe", action="store_true", help="also build examples/moe_ops")
+    parser.add_argument("--repeat", type=int, default=2, help="cold builds of each toolkit")
     parser.add_argument("--devel-image-gb", type=float, help="the publisher's figure")
     parser.add_argument("--devel-image-source", help="where the publisher states it")
     args = parser.parse_args()
@@ -138,13 +162,18 @@ def main() -> int:
         built_env = {**base, "XDG_CACHE_HOME": wheel.pop("xdg_cache_home")}
         packages: dict[str, Any] = {}
         for name in ["llm_ops", *(["moe_ops"] if args.moe else [])]:
-            system = build(name, work, built_env, hidden=False)
-            wheels = build(name, work, built_env, hidden=True)
+            runs: dict[str, list[dict[str, Any]]] = {"system": [], "wheel": []}
+            for round_ in range(args.repeat):  # alternated, so load drifts hit both alike
+                for kind in ("system", "wheel"):
+                    tag = f"{kind}{round_}"
+                    runs[kind].append(build(name, work, built_env, hidden=kind == "wheel", tag=tag))
+            system, wheels = runs["system"], runs["wheel"]
             packages[name] = {
                 "system": system,
                 "wheel": wheels,
-                "same_wheel_name": system["wheel"] == wheels["wheel"],
-                "same_archs": system["archs"] == wheels["archs"],
+                "cold_seconds": {k: [r["seconds"] for r in v] for k, v in runs.items()},
+                "same_wheel_name": {r["wheel"] for r in system + wheels} == {system[0]["wheel"]},
+                "same_archs": all(r["archs"] == system[0]["archs"] for r in system + wheels),
             }
     result = {
         "benchmark": "toolchain",

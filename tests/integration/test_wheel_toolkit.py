@@ -18,11 +18,12 @@ import pytest
 from builds import build_env, copy_package
 from packaging.version import Version
 
+from kernelpack.backend.sdist import write_sdist
 from kernelpack.builder import engine
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.plan import plan_project
 from kernelpack.project.locate import locate
-from kernelpack.toolchain import detection
+from kernelpack.toolchain import cudawheels, detection
 from kernelpack.toolchain.toolkitcache import ToolkitCache, ToolkitError
 from kernelpack_runtime.record import BuiltKernel
 
@@ -201,3 +202,75 @@ def test_moe_ops_plans_the_same_archs_and_abi_tag_with_either_toolkit(
         (k.name, k.archs, k.skip) for k in system.kernels
     ]
     assert wheel.toolchain.cuda == system.toolchain.cuda
+
+
+# --- isolated PEP 517 builds on a machine with no CUDA (pip, uv) ---------------------------
+
+ISOLATED = pytest.mark.skipif(
+    os.environ.get("KERNELPACK_TEST_ISOLATED_BUILD") != "1",
+    reason="installs a CUDA torch into isolated build environments (minutes, GBs): "
+    "set KERNELPACK_TEST_ISOLATED_BUILD=1",
+)
+UV = Path(sys.executable).with_name("uv")
+
+
+def without_cuda(argv: list[str | Path]) -> list[str]:
+    """`argv` run where the system CUDA does not exist: bubblewrap mounts an empty folder
+    over the toolkit and hides every nvcc on PATH (the front end's build processes inherit
+    it; kernelpack's rule cannot be told otherwise, as on a machine without CUDA)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("needs bubblewrap (bwrap) to hide this machine's CUDA toolkit")
+    hide = ["--tmpfs", os.path.realpath("/usr/local/cuda")]
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        if folder and os.path.exists(f"{folder}/nvcc"):
+            hide += ["--ro-bind", "/dev/null", f"{folder}/nvcc"]
+    return [bwrap, "--bind", "/", "/", "--dev", "/dev", *hide, "--", *map(str, argv)]
+
+
+@pytest.fixture(scope="module")
+def links(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kernelpack's wheels of this checkout, and torch, its requirements and the CUDA wheels
+    from the index: what an isolated build installs."""
+    folder = tmp_path_factory.mktemp("links")
+    pip = [sys.executable, "-m", "pip"]
+    repo = SRC.parent
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", folder, repo, SRC], check=True)
+    (kernelpack,) = folder.glob("kernelpack-*.whl")
+    wanted = [kernelpack, "ninja>=1.11", "torch==2.14.1"]
+    wanted += [f"{name}==13.0.*" for name in cudawheels.PACKAGES]
+    download = [*pip, "download", "-q", "-d", folder, "--find-links", folder]
+    subprocess.run([*download, *wanted], check=True)
+    return folder
+
+
+@ISOLATED
+@pytest.mark.parametrize("front_end", ["pip", "uv"])
+def test_an_sdist_builds_in_isolation_on_a_machine_without_cuda(
+    front_end: str, links: Path, ccache_dir: Path, tmp_path: Path
+) -> None:
+    """pip (with `KERNELPACK_CUDA=13.0`: the backend asks for the CUDA wheels, which go into
+    the build environment) and uv (torch's release unknown when the backend is asked: the
+    build installs the wheels into kernelpack's empty cache)."""
+    sdist = write_sdist(locate(copy_package("kpdemo", tmp_path / "kpdemo")), tmp_path / "sdist")
+    out = tmp_path / "out"
+    env = hidden_environ(tmp_path / "empty-cache", ccache_dir)
+    if front_end == "pip":
+        env["KERNELPACK_CUDA"] = "13.0"
+        command: list[str | Path] = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps"]
+        command += ["--no-index", "--find-links", links, "-w", out, sdist]
+        toolkit = "(environment, "
+    else:
+        if not UV.is_file():
+            pytest.skip("uv is not installed")
+        command = [UV, "build", "--wheel", "--no-index", "--find-links", links, "-o", out, sdist]
+        toolkit = "(cache, "
+    build = subprocess.run(
+        without_cuda(command), capture_output=True, text=True, env=env, timeout=1800
+    )
+    log = build.stdout + build.stderr
+    assert build.returncode == 0, log[-4000:]
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith("kpdemo-0.3.0+cu130torch2.14.1-cp311-cp311-manylinux_2_")
+    line = next(line for line in log.splitlines() if "kernelpack: CUDA toolkit 13.0." in line)
+    assert toolkit in line

@@ -366,3 +366,24 @@ def test_get_requires_adds_no_cuda_wheel_beside_a_usable_system_nvcc(
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.setattr(backend.importlib.util, "find_spec", lambda name: object())
     assert backend.get_requires_for_build_wheel() == ["kernelpack", "ninja>=1.11"]
+
+
+def test_doctor_shows_the_toolkit_and_why(
+    wheels: Path,
+    torch_site: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kernelpack.cli import main
+
+    provisioned(environ(wheels, site=torch_site))
+    for name, value in environ(wheels, site=torch_site).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.chdir(torch_site)
+    assert main(["doctor"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("toolkit")]
+    assert row.split(None, 1)[1].startswith("cache: no system toolkit (no nvcc on PATH")
+    assert main(["doctor", "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)["toolchain"]
+    assert facts["toolkit"] == "cache" and facts["link_dirs"]

@@ -263,7 +263,11 @@ def test_an_sdist_builds_in_isolation_on_a_machine_without_cuda(
     else:
         if not UV.is_file():
             pytest.skip("uv is not installed")
-        command = [UV, "build", "--wheel", "--no-index", "--find-links", links, "-o", out, sdist]
+        command = [UV, "build", "--wheel", "-o", out, sdist]
+        # uv's build environments have no pip: the backend installs the wheels with uv's
+        # (found on PATH), from the same folder.
+        env.update(UV_NO_INDEX="1", UV_FIND_LINKS=str(links))
+        env["PATH"] = f"{UV.parent}{os.pathsep}{env['PATH']}"
         toolkit = "(cache, "
     build = subprocess.run(
         without_cuda(command), capture_output=True, text=True, env=env, timeout=1800

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shlex
 import sys
 import tempfile
@@ -59,7 +60,7 @@ def requirements(cuda: Version) -> tuple[str, ...]:
 
 def unsupported(cuda: Version, system: str = sys.platform, machine: str = "") -> str | None:
     """Why there is no wheel toolkit for CUDA `cuda` on this platform; None when there is."""
-    machine = machine or os.uname().machine
+    machine = machine or platform.machine()
     if cuda.major < FIRST_MAJOR:
         return (
             f"CUDA {cuda.major} has no nvcc wheel (only CUDA {FIRST_MAJOR} and later): install "

@@ -337,7 +337,11 @@ def plan_project(
     if require is not None:
         selection = replace(selection, require=require)
     manifest = project.load_manifest(allow_missing_sources=True)
-    decided = decide(manifest, tools or detect(environment=environment), selection)
+    # A build (strict) of CUDA kernels installs the CUDA wheels the toolkit rule asks for;
+    # a report does not.
+    cuda = any(spec.backend == "cuda" for spec in manifest.kernels)
+    tools = tools or detect(environment=environment, provision=strict and cuda)
+    decided = decide(manifest, tools, selection)
     planned: list[KernelPlan] = []
     problems: list[str] = []
     for kernel in decided.kernels:

@@ -12,7 +12,15 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NVCC_12_4", "NVCC_12_8", "NVCC_13_0", "FakeNvcc", "install_nvcc"]
+__all__ = [
+    "NVCC_12_4",
+    "NVCC_12_8",
+    "NVCC_13_0",
+    "NVCC_13_2",
+    "FakeNvcc",
+    "install_nvcc",
+    "nvcc_script",
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,12 @@ NVCC_13_0 = FakeNvcc(
               "sm_120a", "sm_120f", "sm_121a", "sm_121f"),
 )  # fmt: skip
 
+NVCC_13_2 = FakeNvcc(
+    version="13.2.51",
+    codes=NVCC_13_0.codes,
+    suffixed=NVCC_13_0.suffixed,
+)
+
 _SCRIPT = """#!/bin/sh
 # A fake nvcc {version} for kernelpack's tests. FAKE_NVCC_LOG: append each call's arguments.
 if [ -n "$FAKE_NVCC_LOG" ]; then echo "$*" >> "$FAKE_NVCC_LOG"; fi
@@ -78,6 +92,24 @@ exit 1
 """
 
 
+def nvcc_script(nvcc: FakeNvcc, here: str) -> str:
+    """The text of a fake nvcc answering as `nvcc`, whose dry run names `here` (a shell word)
+    as its folder."""
+    computes = [code.replace("sm_", "compute_") for code in nvcc.codes]
+    every = sorted({*nvcc.codes, *nvcc.suffixed})
+    allowed = ",".join(
+        f"'{name}'" for name in [*every, *(n.replace("sm_", "compute_") for n in every)]
+    )
+    return _SCRIPT.format(
+        version=nvcc.version,
+        release=nvcc.release,
+        codes=" ".join(nvcc.codes),
+        arches=" ".join(computes),
+        allowed=allowed,
+        here=here,
+    )
+
+
 def install_nvcc(root: Path, nvcc: FakeNvcc = NVCC_12_4, *, wrapper: bool = True) -> Path:
     """Write a fake toolkit `root/cuda-<release>` and return the folder to put on PATH:
     `root/bin` holding an `exec` wrapper, or the toolkit's own `bin` without `wrapper`."""
@@ -86,21 +118,8 @@ def install_nvcc(root: Path, nvcc: FakeNvcc = NVCC_12_4, *, wrapper: bool = True
     bindir.mkdir(parents=True, exist_ok=True)
     (toolkit / "include").mkdir(exist_ok=True)
     (toolkit / "include" / "cuda_runtime.h").write_text("/* fake */\n")
-    computes = [code.replace("sm_", "compute_") for code in nvcc.codes]
-    every = sorted({*nvcc.codes, *nvcc.suffixed})
-    allowed = ",".join(
-        f"'{name}'" for name in [*every, *(n.replace("sm_", "compute_") for n in every)]
-    )
-    script = _SCRIPT.format(
-        version=nvcc.version,
-        release=nvcc.release,
-        codes=" ".join(nvcc.codes),
-        arches=" ".join(computes),
-        allowed=allowed,
-        here=bindir,
-    )
     real = bindir / "nvcc"
-    real.write_text(script)
+    real.write_text(nvcc_script(nvcc, str(bindir)))
     real.chmod(0o755)
     if not wrapper:
         return bindir

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import ahead
 import pytest
+import toolkits
 from buildlog import announced, say
 from builds import BuiltPackage, build_env, copy_package
 from venvs import overlay_venv
@@ -49,7 +49,7 @@ def builds_ahead(
 ) -> Iterator[None]:
     """Start the background builds the collected tests will consume (ahead.py)."""
     names = ahead.wanted({item.path.name for item in request.session.items})
-    if not names or shutil.which("nvcc") is None:
+    if not names or toolkits.nvcc() is None:
         yield
         return
     background = ahead.start(names, ccache_dir, tmp_path_factory.mktemp("ahead"))
@@ -112,8 +112,8 @@ def example_wheel(
 
     def example_wheel(name: str) -> Path:
         if name not in wheels:
-            if shutil.which("nvcc") is None:
-                pytest.skip("nvcc is not on PATH")
+            if toolkits.nvcc() is None:
+                pytest.skip(toolkits.NO_TOOLKIT)
             pytest.importorskip("torch")
             with announced(request.config, f"the {name} wheel", "example_wheel"):
                 ahead.wait(name)  # the background filled the ccache for it (ahead.py)

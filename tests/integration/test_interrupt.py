@@ -118,12 +118,26 @@ def _libraries(root: Path) -> dict[str, bytes]:
     }
 
 
+# Execs its arguments with SIGINT, SIGTERM and SIGHUP at their default dispositions. An
+# ignored signal stays ignored across fork and exec, and no shell can reset one it was
+# started with: a suite run under nohup (or by a CI agent that ignores SIGHUP) would
+# otherwise start a kernelpack that rightly keeps ignoring SIGHUP, as nohup asks.
+_DEFAULT_SIGNALS = (
+    "import os, signal, sys\n"
+    "for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):\n"
+    "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
 def _start(tree: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    """`kernelpack build TREE --inplace` in a session of its own, as a terminal runs it;
-    its stderr goes to `_stderr(tree)`."""
+    """`kernelpack build TREE --inplace` in a session of its own, as a terminal runs it,
+    with the stop signals at their defaults whatever this process ignores; its stderr goes
+    to `_stderr(tree)`."""
+    command = [str(KERNELPACK), "build", str(tree), *(args or ("--inplace",))]
     with _stderr(tree).open("wb") as err:
         return subprocess.Popen(
-            [str(KERNELPACK), "build", str(tree), *(args or ("--inplace",))],
+            [sys.executable, "-c", _DEFAULT_SIGNALS, *command],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +10,14 @@ from pathlib import Path
 import pytest
 from fakes import make_manifest, make_spec
 from packaging.version import Version
+from toolkits import SYSTEM_ONLY, system_nvcc
 
 from kernelpack.plan import make_plan
 from kernelpack.toolchain.detection import Toolchain, detect
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH"),
+    pytest.mark.skipif(system_nvcc() is None, reason=SYSTEM_ONLY),
 ]
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import toolkits
 from buildlog import compiles
 
 pytestmark = pytest.mark.integration
@@ -32,8 +32,8 @@ def _kernelpack(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 @compiles("a `kernelpack new` package in place")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if toolkits.nvcc() is None:
+        pytest.skip(toolkits.NO_TOOLKIT)
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("new") / "demo-ops"
     for argv in (

@@ -9,20 +9,20 @@ intact.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import toolkits
 
 from kernelpack.project._shell import unsafe
 
 pytestmark = pytest.mark.integration
 
-NVCC = shutil.which("nvcc")
+NVCC = toolkits.nvcc()
 KERNELPACK = Path(sys.executable).parent / "kernelpack"
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason=toolkits.NO_TOOLKIT)
 
 
 def _nvcc_preprocess(tmp_path: Path, *flags: str, source: str = "V\n") -> str:

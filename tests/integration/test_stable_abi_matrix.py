@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import toolkits
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +66,8 @@ def sites(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[tuple[str, str], Path | str]]:
     """Each build of kprefuse, installed into its own folder (built on first use)."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    if toolkits.nvcc() is None:
+        pytest.skip(toolkits.NO_TOOLKIT)
     cache: dict[tuple[str, str], Path | str] = {}
     yield cache
     out = os.environ.get("KERNELPACK_STABLE_MATRIX_OUT")

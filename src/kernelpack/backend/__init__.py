@@ -8,6 +8,14 @@ isolated build environment (pip's default, e.g. installing an sdist) there is no
 `get_requires_for_build_wheel` asks the front end for one: the project's own torch
 dependency (`[project].dependencies`, e.g. `torch>=2.10`), else any torch.
 
+The CUDA toolkit follows the toolkit rule (`kernelpack.toolchain.detection`). When the build
+environment has no usable nvcc (no system toolkit of torch's CUDA major, no CUDA wheels, none
+in kernelpack's cache), `get_requires_for_build_*` add the CUDA wheels of torch's CUDA release
+(`KERNELPACK_CUDA` chooses another), so `pip install <sdist>`, `pip wheel .` and `uv build`
+work on a machine with no CUDA installed. When that release cannot be known yet (an isolated
+build whose torch is not installed, `KERNELPACK_CUDA` unset), the build installs them into
+kernelpack's cache once torch is there, as `kernelpack build` does.
+
 `config_settings` (`pip … -C kernels=a,b -C require=1 -C jobs=4`) select kernels like the
 CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 """
@@ -15,6 +23,7 @@ CLI flags; the environment variables (`<PREFIX>_KERNELS`, …) work as always.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +43,9 @@ from kernelpack.errors import KernelpackError, PlanError, UsageError
 from kernelpack.plan import parse_kernels, plan_project
 from kernelpack.project.locate import Project, locate
 from kernelpack.syntax import pth
+from kernelpack.toolchain import cudawheels
+from kernelpack.toolchain.detection import detect
+from kernelpack.toolchain.environment import BuildEnvironment
 from kernelpack_runtime._switch import parse_switch
 
 __all__ = [
@@ -101,7 +113,23 @@ def _wheel_requires() -> list[str]:
     requires = list(_WHEEL_REQUIRES)
     if importlib.util.find_spec("torch") is None:
         requires.append(_build_torch())
-    return requires
+    return requires + _cuda_wheels()
+
+
+def _cuda_wheels() -> list[str]:
+    """The CUDA wheels when the build environment has no usable nvcc and the CUDA release
+    is known (`KERNELPACK_CUDA`, else the build environment's torch); else none."""
+    try:
+        environment = BuildEnvironment.from_environ(os.environ)
+        toolchain = detect(environment=environment)
+    except KernelpackError:
+        return []  # the build hooks report it in one line
+    if toolchain.nvcc_missing is None and toolchain.toolkit is not None:
+        return []
+    cuda = environment.cuda or toolchain.torch_cuda
+    if cuda is None or cudawheels.unsupported(cuda) is not None:
+        return []
+    return list(cudawheels.requirements(cuda))
 
 
 def _build_torch() -> str:
@@ -122,7 +150,8 @@ def _build_torch() -> str:
 
 
 def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
-    """kernelpack and ninja, and torch when this environment has none (an isolated build)."""
+    """kernelpack and ninja, torch when this environment has none (an isolated build), and
+    the CUDA wheels when it has no usable nvcc (above)."""
     return _wheel_requires()
 
 

@@ -232,7 +232,8 @@ def _compile(
     work = pending is None or bool(pending)
     if pending and options.on_work is not None:
         options.on_work(pending)
-    if work:  # the first line of a build that compiles: which launcher, and why
+    if work:  # the first lines of a build that compiles: which toolkit and launcher, and why
+        _say(options, plan.toolchain.toolkit_line())
         _say(options, LauncherChoice(launcher, plan.toolchain.launcher_why).line())
     # The launcher's server (sccache) lives for this ninja run only, outside its loop.
     with launcher_session(

@@ -177,7 +177,7 @@ def _link_flags(
     spec: KernelSpec, toolchain: Toolchain, torch: TorchExtension, *, stable: bool, cpu: bool
 ) -> list[str]:
     """Library folders and libraries, after the objects on the link line."""
-    library_dirs = list(torch.library_dirs)
+    library_dirs = [*torch.library_dirs, *map(str, toolchain.link_dirs)]
     library_dirs += [
         str(d.parent / "lib") for d in toolchain.nvidia_include_dirs if (d.parent / "lib").is_dir()
     ]

@@ -36,6 +36,7 @@ _VERBS = (
     "bazel",
     "bridge",
     "ci",
+    "toolchain",
 )
 
 

@@ -179,6 +179,7 @@ def _toolchain_table(toolchain: Toolchain) -> Table:
         nvcc = _missing(toolchain.nvcc_missing.message if toolchain.nvcc_missing else "")
     table.add_row("nvcc", nvcc)
     table.add_row("CUDA_HOME", str(toolchain.cuda_home or "-"))
+    table.add_row("toolkit", f"{toolchain.toolkit or 'none'}: {toolchain.toolkit_why or '-'}")
     sms = sorted((t for t in toolchain.nvcc_targets if t.startswith("sm_")), key=_sm_key)
     table.add_row("archs", " ".join(sms) or "-")
     if toolchain.torch_missing is None:

@@ -10,6 +10,17 @@ The variables `detect()` honours, as read into a `BuildEnvironment`
 
 - `CUDA_HOME` / `CUDA_PATH`: the CUDA toolkit to use (its `bin/nvcc`).
 - `PATH`: where `nvcc`, `sccache` and `ccache` are looked up.
+- `KERNELPACK_CUDA`: the CUDA release of the toolkit (default: torch's).
+
+The CUDA toolkit, one rule (`Toolchain.toolkit_line` says which and why): a system toolkit
+(`CUDA_HOME`/`CUDA_PATH`, else the one owning the `nvcc` on PATH, else `/usr/local/cuda`)
+whose CUDA major is torch's (and whose release is `KERNELPACK_CUDA`'s, when set); else the
+CUDA wheels (`kernelpack.toolchain.cudawheels`) already in torch's environment; else those
+wheels at torch's CUDA release (or `KERNELPACK_CUDA`'s) from kernelpack's cache
+(`kernelpack.toolchain.toolkitcache`), installed there when `detect(provision=True)` (a
+build) finds none. Linux on x86_64 and aarch64 only; CUDA 13 and later (CUDA 12 has no nvcc
+wheel). A `CUDA_HOME` that holds no nvcc stays the answer (an explicit setting is not
+passed over), as does a system toolkit of another major when no wheel toolkit can be had.
 - `KERNELPACK_LAUNCHER`: `auto` (the default), `sccache`, `ccache`, a path, or `none`;
   `auto` picks sccache when a remote sccache backend (`SCCACHE_*`) or a farm
   (`KERNELPACK_DIST_SCHEDULER`) is configured, else ccache, else sccache, when on PATH
@@ -24,6 +35,7 @@ Torch's facts are cached below `XDG_CACHE_HOME` (default `~/.cache`; see
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
@@ -31,21 +43,24 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kernelpack.toolchain import torchprobe
+from kernelpack.errors import UsageError
+from kernelpack.toolchain import cudawheels, torchprobe
 from kernelpack.toolchain.environment import BuildEnvironment
 from kernelpack.toolchain.launcher import choose as choose_launcher
+from kernelpack.toolchain.toolkitcache import ToolkitCache, ToolkitError
 from kernelpack.toolchain.torchprobe import TorchExtension, cache_dir
 from kernelpack_runtime.reason import Reason
 
 __all__ = [
     "DEFAULT_CUDA_HOME",
+    "TOOLKIT_KINDS",
     "Toolchain",
     "available_memory",
     "cache_dir",
@@ -54,6 +69,9 @@ __all__ = [
 
 #: The toolkit tried last, when neither the environment nor PATH name one.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
+
+#: Where a toolkit comes from (`Toolchain.toolkit`), as the rule tries them.
+TOOLKIT_KINDS = ("system", "environment", "cache")
 
 _TIMEOUT_S = 120
 _WRAPPER_DEPTH = 8
@@ -103,6 +121,23 @@ class Toolchain:
     """Why torch's extension helpers gave no flags (e.g. a CPU build), None when they did."""
     launcher_why: str = ""
     """Why `launcher` is the one (`kernelpack.toolchain.launcher.Choice.why`)."""
+    toolkit: str | None = None
+    """Where the CUDA toolkit comes from (`TOOLKIT_KINDS`): a system toolkit, the CUDA wheels
+    in torch's environment, or those in kernelpack's cache; None when there is none."""
+    toolkit_why: str = ""
+    """Why this toolkit (the rule's reasoning, one clause)."""
+    link_dirs: tuple[Path, ...] = ()
+    """Library folders the toolkit needs on the link line besides its own (the private
+    `libcudart.so` link of a wheel toolkit, `cudawheels.link_dir`)."""
+
+    def toolkit_line(self) -> str:
+        """The build's first line: `kernelpack: CUDA toolkit 13.0.88 (system,
+        /usr/local/cuda-13.0): nvcc on PATH is CUDA 13.0, as torch`."""
+        if self.nvcc_missing is not None or self.nvcc_version is None:
+            why = self.nvcc_missing.message if self.nvcc_missing else self.toolkit_why
+            return f"kernelpack: no CUDA toolkit: {why}"
+        where = f"{self.toolkit or 'system'}, {self.cuda_home or self.nvcc}"
+        return f"kernelpack: CUDA toolkit {self.nvcc_version} ({where}): {self.toolkit_why}"
 
     @property
     def cuda(self) -> Version | None:
@@ -130,6 +165,9 @@ class Toolchain:
             "nvidia_include_dirs": [str(p) for p in self.nvidia_include_dirs],
             "launcher": _str_or_none(self.launcher),
             "launcher_why": self.launcher_why,
+            "toolkit": self.toolkit,
+            "toolkit_why": self.toolkit_why,
+            "link_dirs": [str(p) for p in self.link_dirs],
             "jobs": self.jobs,
             "memory": self.memory,
         }
@@ -140,20 +178,36 @@ def detect(
     *,
     python: str | None = None,
     environment: BuildEnvironment | None = None,
+    provision: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> Toolchain:
     """Inspect this machine (nvcc, CUDA_HOME, torch, launcher, cores, memory).
 
     The variables come from `environment` (default: read from `environ`, default
     `os.environ`). `python` is the interpreter whose torch the kernels are built against
-    (default: this one, whose torch facts are cached; see the module docstring). Raises
-    `UsageError` only for a malformed variable or a `KERNELPACK_LAUNCHER` that is not there.
+    (default: this one, whose torch facts are cached; see the module docstring). With
+    `provision` (a build), the CUDA wheels the toolkit rule asks for are installed into
+    kernelpack's cache when missing, `say` (default: stderr) getting one line about it.
+    Raises `UsageError` only for a malformed variable or a `KERNELPACK_LAUNCHER` that is not
+    there.
     """
     if environment is None:
         environment = BuildEnvironment.from_environ(os.environ if environ is None else environ)
     env = dict(environment.inherited)
     launcher = choose_launcher(environment)
-    nvcc = _nvcc(environment)
-    torch = torchprobe.probe(env, cuda_home=nvcc.cuda_home, python=python)
+    system = _nvcc(environment)
+    torch = torchprobe.probe(env, cuda_home=system.cuda_home, python=python)
+    toolkit = _toolkit(
+        environment,
+        system,
+        _version(torch.cuda),
+        torch.nvidia_roots,
+        provision=provision,
+        say=say or _stderr,
+    )
+    nvcc = toolkit.nvcc
+    if nvcc.cuda_home != system.cuda_home:  # torch's extension flags name the toolkit
+        torch = torchprobe.probe(env, cuda_home=nvcc.cuda_home, python=python)
     torch_version = _version(torch.version, public=True)
     torch_missing = torch.error
     if torch_missing is None and torch_version is None:
@@ -178,7 +232,112 @@ def detect(
         torch_missing=torch_missing,
         torch_extension_missing=torch.extension_error,
         launcher_why=launcher.why,
+        toolkit=toolkit.kind if nvcc.missing is None else None,
+        toolkit_why=toolkit.why,
+        link_dirs=toolkit.link_dirs,
     )
+
+
+@dataclass(frozen=True)
+class _Toolkit:
+    nvcc: _Nvcc
+    kind: str
+    why: str
+    link_dirs: tuple[Path, ...] = ()
+
+
+def _toolkit(
+    environment: BuildEnvironment,
+    system: _Nvcc,
+    torch_cuda: Version | None,
+    nvidia_roots: tuple[str, ...],
+    *,
+    provision: bool,
+    say: Callable[[str], None],
+) -> _Toolkit:
+    """The toolkit rule of the module docstring."""
+    wanted = environment.cuda
+    if wanted is not None and torch_cuda is not None and wanted.major != torch_cuda.major:
+        raise UsageError(
+            f"KERNELPACK_CUDA={wanted}: torch is built with CUDA {torch_cuda}; the toolkit's "
+            f"CUDA major must be torch's ({torch_cuda.major})"
+        )
+    target = wanted or (Version(f"{torch_cuda.major}.{torch_cuda.minor}") if torch_cuda else None)
+    origin = _origin(environment, system)
+    if target is None:
+        return _Toolkit(system, "system", f"{origin}; torch has no CUDA to match")
+    if system.missing is None and system.version is not None:
+        cuda = Version(f"{system.version.major}.{system.version.minor}")
+        if cuda.major == target.major and (wanted is None or cuda == wanted):
+            asked = f"KERNELPACK_CUDA={wanted}" if wanted else f"torch's CUDA {torch_cuda}"
+            return _Toolkit(system, "system", f"{origin} is CUDA {cuda}, as {asked} asks")
+        passed = f"{origin} is CUDA {cuda}, not {target if wanted else f'{target.major}.x'}"
+    elif environment.cuda_home is not None:
+        return _Toolkit(system, "system", origin)  # an explicit CUDA_HOME without nvcc
+    else:
+        passed = origin
+    failed = system.missing.message if system.missing else passed
+    problem = cudawheels.unsupported(target)
+    if problem is not None:
+        return _fallback(system, failed, passed, problem)
+    env = dict(environment.inherited)
+    cache = cache_dir(env)
+    root = cudawheels.root_in(nvidia_roots, target.major)
+    if root is not None:
+        found = _probe_nvcc(root / "bin" / "nvcc", root, env)
+        if found.version is not None and (wanted is None or _release(found.version) == wanted):
+            why = f"{passed}; the CUDA wheels in torch's environment are CUDA {found.version}"
+            return _Toolkit(found, "environment", why, _links(root, cache))
+    toolkits = ToolkitCache.of(cache)
+    toolkit, problem = toolkits.find(target)
+    if toolkit is None and provision:
+        try:
+            toolkit = toolkits.install(target, env, say=say, timeout=environment.lock_timeout)
+        except ToolkitError as exc:
+            say(f"kernelpack: {exc}")
+            return _fallback(system, failed, passed, str(exc))
+    if toolkit is None:
+        hint = (
+            f"the CUDA {target} wheels are not in kernelpack's cache ({toolkits.root}"
+            f"{'; ' + problem if problem else ''}): a build installs them, as does "
+            f"`kernelpack toolchain install`"
+        )
+        return _fallback(system, failed, passed, hint)
+    found = _probe_nvcc(toolkit.root / "bin" / "nvcc", toolkit.root, env)
+    why = f"{passed}; the CUDA {target} wheels in kernelpack's cache"
+    return _Toolkit(found, "cache", why, _links(toolkit.root, cache))
+
+
+def _fallback(system: _Nvcc, failed: str, passed: str, problem: str) -> _Toolkit:
+    """No wheel toolkit: the system one of another release when there is one (the plan
+    then says what it cannot build), else none, saying why."""
+    if system.missing is None:
+        return _Toolkit(system, "system", f"{passed}; {problem}")
+    return _Toolkit(_Nvcc(missing=_missing(f"{failed}; {problem}")), "cache", passed)
+
+
+def _origin(environment: BuildEnvironment, system: _Nvcc) -> str:
+    """How the system toolkit was found, for the toolkit line."""
+    if environment.cuda_home is not None:
+        var, home = environment.cuda_home
+        return f"{var}={home}"
+    if system.origin:
+        return system.origin
+    return "no system CUDA toolkit"
+
+
+def _links(root: Path, cache: Path) -> tuple[Path, ...]:
+    folder = cudawheels.link_dir(root / "lib", cache)
+    return () if folder is None else (folder,)
+
+
+def _release(version: Version) -> Version:
+    return Version(f"{version.major}.{version.minor}")
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 @dataclass(frozen=True)
@@ -188,6 +347,8 @@ class _Nvcc:
     version: Version | None = None
     targets: frozenset[str] = frozenset()
     missing: Reason | None = None
+    origin: str = ""
+    """How it was found, for the toolkit line: "the nvcc on PATH (/usr/local/bin/nvcc)"."""
 
 
 def _nvcc(environment: BuildEnvironment) -> _Nvcc:
@@ -204,16 +365,19 @@ def _nvcc(environment: BuildEnvironment) -> _Nvcc:
     on_path = shutil.which("nvcc", path=environment.path)
     if on_path is not None:
         real = _resolve_wrappers(Path(on_path))
-        return _probe_nvcc(real, _toolkit_root(real), env)
+        found = _probe_nvcc(real, _toolkit_root(real), env)
+        return dataclasses.replace(found, origin=f"the nvcc on PATH ({on_path})")
     fallback = DEFAULT_CUDA_HOME / "bin" / "nvcc"
     if _is_executable(fallback):
         real = _resolve_wrappers(fallback)
-        return _probe_nvcc(real, _toolkit_root(real) or DEFAULT_CUDA_HOME, env)
+        found = _probe_nvcc(real, _toolkit_root(real) or DEFAULT_CUDA_HOME, env)
+        return dataclasses.replace(found, origin=str(DEFAULT_CUDA_HOME))
     return _Nvcc(
         missing=_missing(
             f"no nvcc on PATH, CUDA_HOME is unset and {fallback} does not exist; "
             "install the CUDA toolkit or set CUDA_HOME"
-        )
+        ),
+        origin=f"no system toolkit (no nvcc on PATH, CUDA_HOME unset, no {DEFAULT_CUDA_HOME})",
     )
 
 

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from kernelpack.errors import UsageError
 from kernelpack.toolchain.launcher.farm import Farm
 from kernelpack_runtime._files import write_text_atomic
@@ -187,6 +189,19 @@ def _flags(found: _Found) -> tuple[str, ...]:
         raise UsageError(f"{name}={value}: {exc}") from None
 
 
+def _cuda(found: _Found) -> Version | None:
+    value = _text(found)
+    if value is None:
+        return None
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        version = None
+    if version is None or len(version.release) != 2 or version.local or version.pre:
+        raise UsageError(f"KERNELPACK_CUDA={value}: expected a CUDA release such as 13.0 or 13.2")
+    return version
+
+
 def _home(found: _Found) -> tuple[str, Path] | None:
     return (found[0][0], Path(found[0][1])) if found else None
 
@@ -310,6 +325,17 @@ class BuildEnvironment:
         _home,
     )
     """The variable that named the toolkit, and its folder."""
+    cuda: Version | None = _var(  # noqa: RUF009 - a frozen dataclass (ruff cannot see it)
+        EnvVar(
+            ("KERNELPACK_CUDA",),
+            "the CUDA release of the toolkit (default: torch's): a system toolkit of another "
+            "release is passed over for the CUDA wheels of this one (docs: Toolchains)",
+            example="13.2",
+            replayed=True,
+        ),
+        _cuda,
+    )
+    """`KERNELPACK_CUDA` as a release (`Version("13.2")`), None when unset."""
     cxx: str | None = _var(
         EnvVar(("CXX",), "the host C++ compiler (default `c++`)", replayed=True), _raw
     )

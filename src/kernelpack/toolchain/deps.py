@@ -17,7 +17,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from kernelpack.errors import ManifestError, UsageError
@@ -36,9 +36,11 @@ from kernelpack.toolchain.environment import BuildEnvironment, dep_variable
 from kernelpack.toolchain.torchprobe import cache_dir
 
 __all__ = [
+    "ALLOW_NEAREST_HELP",
     "BUILTIN_DEPS",
     "KERNEL_BUILDER_DEPS",
     "PINNED_DEPS",
+    "allowing_nearest",
     "cache_root",
     "include_dirs",
     "is_known",
@@ -52,6 +54,18 @@ Warn = Callable[[str], None]
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+#: The `--allow-nearest` option's help, the same for every verb that has it.
+ALLOW_NEAREST_HELP = (
+    "a pinned dependency (cutlass_X_Y) not available here may use the nearest available "
+    "version, with a warning (KERNELPACK_ALLOW_NEAREST=1)"
+)
+
+
+def allowing_nearest(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with `KERNELPACK_ALLOW_NEAREST=1`: what `--allow-nearest` asks for."""
+    return {**environ, "KERNELPACK_ALLOW_NEAREST": "1"}
 
 
 def cache_root(environment: BuildEnvironment) -> Path:

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from packaging.version import Version
+
 from kernelpack.errors import ManifestError, UsageError
 from kernelpack.project._toml import display_path
 from kernelpack.project.dependencies import (
@@ -46,6 +48,7 @@ __all__ = [
     "is_known",
     "known_deps",
     "resolve",
+    "sources_for",
 ]
 
 #: Where a warning (`--allow-nearest`) goes by default: one line on stderr.
@@ -106,7 +109,7 @@ def resolve(
     if name in PINNED_DEPS:
         found = cutlass.pinned(
             name,
-            sources or _sources(environment),
+            sources or sources_for(environment),
             allow_nearest=environment.allow_nearest,
             warn=warn,
         )
@@ -133,11 +136,21 @@ def include_dirs(
     return tuple(dict.fromkeys(found))
 
 
-def _sources(environment: BuildEnvironment) -> cutlass.Sources:
+def sources_for(
+    environment: BuildEnvironment,
+    *,
+    source_sha256: Mapping[Version, str] = cutlass.SOURCE_SHA256,
+    wheels: Mapping[Version, tuple[str, str]] = cutlass.WHEELS,
+) -> cutlass.Sources:
+    """Where pinned releases come from on this machine: the cache below `cache_root`, the
+    mirror `environment` names, the installed `nvidia-cutlass` wheel, and the digest tables
+    (kernelpack's own unless given)."""
     return cutlass.Sources(
         cache=ArchiveCache(cache_root(environment), lock_timeout=environment.lock_timeout),
         mirror=environment.deps_mirror,
         installed=_package_folder(BUILTIN_DEPS["cutlass"]),
+        source_sha256=source_sha256,
+        wheels=wheels,
     )
 
 

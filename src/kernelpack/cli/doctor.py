@@ -1,4 +1,4 @@
-"""`kernelpack doctor [PATH] [--json] [--allow-nearest]`: the toolchain, and a package's build plan.
+"""`kernelpack doctor [PATH] [--json] [--allow-nearest]`: the toolchain, and a package's plan.
 
 Prints what `kernelpack.toolchain.detection.detect()` found (nvcc, CUDA_HOME, torch and its CUDA and
 ABI, the nvidia wheel headers, the compiler launcher, the job budget) and, when PATH names a

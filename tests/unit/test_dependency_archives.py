@@ -41,15 +41,18 @@ def test_unpacks_a_verified_archive_from_a_mirror_folder(tmp_path: Path) -> None
 def test_a_filled_entry_is_not_fetched_again(tmp_path: Path) -> None:
     tarball = cutlass_tarball(tmp_path / "mirror", "4.0.0")
     opened: list[str] = []
+    announced: list[str] = []
 
     def opener(source: str) -> BinaryIO:
         opened.append(source)
         return open_source(source)
 
-    cache = ArchiveCache(tmp_path / "cache", opener=opener)
+    cache = ArchiveCache(tmp_path / "cache", opener=opener, announce=announced.append)
     first = cache.unpacked(_archive(tarball), str(tmp_path / "mirror"))
     assert cache.unpacked(_archive(tarball), str(tmp_path / "mirror")) == first
     assert opened == [str(tmp_path / "mirror" / "cutlass-4.0.0.tar.gz")]
+    assert len(announced) == 1
+    assert "fetching cutlass-4.0.0.tar.gz" in announced[0]
 
 
 def test_wrong_digest_is_one_line_naming_the_archive_and_both_digests(tmp_path: Path) -> None:

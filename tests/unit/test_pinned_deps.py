@@ -98,10 +98,23 @@ def test_the_release_wheel_comes_before_the_source_archive(tmp_path: Path) -> No
     assert folders[0].parents[2].name.startswith("nvidia_cutlass-3.8.0.0-py3-none-any-")
 
 
-def test_an_installed_wheel_of_the_same_minor_is_used(tmp_path: Path) -> None:
-    package = _installed_wheel(tmp_path / "site", "4.0.1")
-    folders = _resolve("cutlass_4_0", _environment(tmp_path), installed=package)
+def test_an_installed_wheel_of_the_pinned_release_is_used_quietly(tmp_path: Path) -> None:
+    package = _installed_wheel(tmp_path / "site", "4.0.0")
+    warnings: list[str] = []
+    folders = _resolve("cutlass_4_0", _environment(tmp_path), installed=package, warnings=warnings)
+    assert folders == (package / "source" / "include", package / "source" / "tools/util/include")
+    assert warnings == []
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_an_installed_wheel_of_another_patch_is_used_and_named(tmp_path: Path) -> None:
+    package = _installed_wheel(tmp_path / "site", "3.5.0")
+    warnings: list[str] = []
+    folders = _resolve("cutlass_3_5", _environment(tmp_path), installed=package, warnings=warnings)
     assert folders[0] == package / "source" / "include"
+    assert len(warnings) == 1
+    assert "cutlass_3_5" in warnings[0]
+    assert "CUTLASS 3.5.0" in warnings[0]
     assert not (tmp_path / "xdg").exists()
 
 

@@ -113,6 +113,8 @@ class ArchiveCache:
     lock_timeout: float = 1800.0
     """Seconds to wait for another process filling the same entry."""
     opener: Opener = open_source
+    announce: Callable[[str], None] | None = None
+    """Gets one line before a fetch (`kernelpack: fetching …`)."""
 
     def unpacked(self, archive: Archive, mirror: str | None = None) -> Path:
         """The folder `archive` unpacks to, fetched from `archive.source(mirror)`, checked and
@@ -135,6 +137,8 @@ class ArchiveCache:
 
     def _fill(self, archive: Archive, source: str, final: Path) -> None:
         _remove_leftovers(self.root, archive.entry)
+        if self.announce is not None:
+            self.announce(f"kernelpack: fetching {archive.filename} from {source} into {final}")
         fd, name = tempfile.mkstemp(dir=self.root, prefix=f".{archive.entry}.")
         download = Path(name)
         try:

@@ -189,10 +189,14 @@ def pinned(
     name: str, sources: Sources, *, allow_nearest: bool, warn: Callable[[str], None]
 ) -> Headers:
     """The headers of the pinned dependency `name` (`cutlass_4_0`), found as the module
-    says; `UsageError` (one line) when no source has them."""
+    says; `UsageError` (one line) when no source has them. `warn` gets one line when
+    another release than the pinned one is used (another patch of an installed wheel, or
+    the nearest release)."""
     wanted = PINNED_DEPS[name]
     installed = _installed(sources.installed)
     if installed is not None and _same_minor(installed.version, wanted):
+        if installed.version != wanted:
+            warn(f"kernelpack: {name}: using CUTLASS {installed.version} ({installed.origin})")
         return installed
     tried: list[str] = []
     for archive in sources.archives(wanted):

@@ -146,7 +146,9 @@ def sources_for(
     mirror `environment` names, the installed `nvidia-cutlass` wheel, and the digest tables
     (kernelpack's own unless given)."""
     return cutlass.Sources(
-        cache=ArchiveCache(cache_root(environment), lock_timeout=environment.lock_timeout),
+        cache=ArchiveCache(
+            cache_root(environment), lock_timeout=environment.lock_timeout, announce=_stderr
+        ),
         mirror=environment.deps_mirror,
         installed=_package_folder(BUILTIN_DEPS["cutlass"]),
         source_sha256=source_sha256,

@@ -8,10 +8,12 @@ import http.server
 import io
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -64,9 +66,12 @@ def digest(path: Path) -> str:
 
 
 @contextmanager
-def served(folder: Path) -> Iterator[str]:
-    """`folder` served over HTTP on 127.0.0.1 (a free port) while the block runs: its URL."""
-    handler = functools.partial(_QuietHandler, directory=str(folder))
+def served(folder: Path, requests: list[str] | None = None, delay: float = 0.0) -> Iterator[str]:
+    """`folder` served over HTTP on 127.0.0.1 (a free port) while the block runs: its URL.
+    Each GET's path is appended to `requests`, and answered after `delay` seconds."""
+    handler = functools.partial(
+        _QuietHandler, directory=str(folder), requests=requests, delay=delay
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -80,6 +85,17 @@ def served(folder: Path) -> Iterator[str]:
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Serves `directory` at `/mirror/…`, without a log line per request."""
+
+    def __init__(self, *args: Any, requests: list[str] | None, delay: float, **kwargs: Any) -> None:
+        self.requests = requests
+        self.delay = delay
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:
+        if self.requests is not None:
+            self.requests.append(self.path)
+        time.sleep(self.delay)
+        super().do_GET()
 
     def translate_path(self, path: str) -> str:
         return super().translate_path(path.removeprefix("/mirror"))

@@ -4,6 +4,8 @@ unpacked, never write outside their cache entry, and fill the cache atomically."
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -173,6 +175,33 @@ def test_two_concurrent_fills_both_succeed_and_fetch_once(tmp_path: Path) -> Non
     assert results[0] == results[1]
     assert len(opened) == 1
     assert _left_in(tmp_path / "cache") == [results[0].name]
+
+
+_FILL = """
+import sys
+from pathlib import Path
+from kernelpack.toolchain.archives import Archive, ArchiveCache
+archive = Archive(sys.argv[1], sys.argv[2], "https://example.invalid/")
+print(ArchiveCache(Path(sys.argv[3])).unpacked(archive, sys.argv[4]))
+"""
+
+
+def test_two_processes_filling_at_once_both_succeed_with_one_download(tmp_path: Path) -> None:
+    tarball = cutlass_tarball(tmp_path / "mirror", "4.0.0")
+    requests: list[str] = []
+    with served(tmp_path / "mirror", requests, delay=0.5) as url:
+        args = [tarball.name, digest(tarball), str(tmp_path / "cache"), url]
+        fills = [
+            subprocess.Popen(
+                [sys.executable, "-c", _FILL, *args], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outputs = [fill.communicate(timeout=60)[0].strip() for fill in fills]
+    assert [fill.returncode for fill in fills] == [0, 0]
+    assert outputs[0] == outputs[1]
+    assert requests == ["/mirror/cutlass-4.0.0.tar.gz"]
+    assert _left_in(tmp_path / "cache") == [Path(outputs[0]).name]
 
 
 class _Broken(io.BytesIO):

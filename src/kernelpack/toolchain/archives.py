@@ -27,6 +27,7 @@ import posixpath
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -191,6 +192,11 @@ def _unpack(archive: Path, destination: Path, shown: str) -> None:
                 _check_zip_member(info, shown)
             bundle.extractall(destination)
         return
+    if not hasattr(tarfile, "data_filter"):
+        raise UsageError(
+            f"{shown}: this Python ({sys.version.split()[0]}) lacks tarfile's extraction "
+            "filters; use Python 3.10.12, 3.11.4 or newer"
+        )
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()

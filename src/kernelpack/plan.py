@@ -31,7 +31,7 @@ from packaging.version import Version
 from kernelpack.abitag import AbiTag
 from kernelpack.errors import KernelpackError, PlanError, SelectionError, UsageError
 from kernelpack.project._toml import display_path
-from kernelpack.project.manifest import KernelSpec, Manifest
+from kernelpack.project.manifest import KernelSpec, Manifest, Part
 from kernelpack.toolchain import deps
 from kernelpack.toolchain.detection import Toolchain, detect
 from kernelpack.toolchain.environment import ArchFilter, BuildEnvironment, arch_filter
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BuildPlan",
     "KernelPlan",
+    "PartPlan",
     "Selection",
     "all_stable",
     "decide",
@@ -95,6 +96,20 @@ def parse_kernels(value: str, name: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
+class PartPlan:
+    """The decision for one part of a kernel (`KernelSpec.parts`): the archs its sources
+    are compiled for, with their `-gencode` flags."""
+
+    part: Part
+    archs: tuple[Arch, ...]
+    gencode_flags: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.part.name
+
+
+@dataclass(frozen=True)
 class KernelPlan:
     """The decision for one kernel."""
 
@@ -107,6 +122,10 @@ class KernelPlan:
     cxx_std: int = 17
     dep_include_dirs: tuple[Path, ...] = ()
     """Include folders of the kernel's `depends`, resolved on this machine (`plan_project`)."""
+    parts: tuple[PartPlan, ...] = ()
+    """The parts compiled into the library, each with its own archs (`KernelSpec.parts`)."""
+    left_out: tuple[str, ...] = ()
+    """Parts this toolkit leaves out of the library, one line each (below `cuda-minver`)."""
 
     @property
     def name(self) -> str:
@@ -285,6 +304,9 @@ def default_cxx_std(spec: KernelSpec, torch_version: Version | None) -> int:
     and the lowest standard the installed torch's classic headers accept."""
     if spec.cxx_std is not None:
         return spec.cxx_std
+    if spec.compile_rules == "kernel-builder":
+        # kernel-builder: C++17 below torch 2.12, C++20 from it (for every ABI)
+        return 20 if torch_version is None or torch_version.release >= (2, 12) else 17
     if spec.abi == "stable":
         return 17
     return _classic_min_cxx(torch_version)
@@ -387,6 +409,8 @@ def _decide(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> Ker
         archs = selection.archs.narrow(archs)
     if skip is not None:
         return KernelPlan(spec=spec, skip=skip, archs=archs)
+    if spec.parts:
+        return _decide_parts(spec, toolchain, selection)
     flags = [arch.gencode() for arch in archs]
     if spec.ptx and archs:
         flags.append(max(archs).ptx_gencode())
@@ -396,6 +420,36 @@ def _decide(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> Ker
         archs=archs,
         gencode_flags=tuple(flags),
         cxx_std=default_cxx_std(spec, toolchain.torch_version),
+    )
+
+
+def _decide_parts(spec: KernelSpec, toolchain: Toolchain, selection: Selection) -> KernelPlan:
+    """A library of parts: each part keeps the archs this nvcc builds, narrowed by the
+    selection (a part the selection would leave with none keeps its own: the library needs
+    its code to link); a part below its `cuda-minver` is left out, as kernel-builder does."""
+    parts: list[PartPlan] = []
+    left_out: list[str] = []
+    cuda = toolchain.cuda
+    for part in spec.parts:
+        if part.min_cuda is not None and cuda is not None and cuda < part.min_cuda:
+            left_out.append(f"{part.name}: needs CUDA >= {part.min_cuda}, nvcc is CUDA {cuda}")
+            continue
+        archs = tuple(a for a in part.arch if a.sm in toolchain.nvcc_targets) or part.arch
+        if selection.archs is not None:
+            archs = selection.archs.narrow(archs) or archs
+        flags = [arch.gencode() for arch in archs]
+        flags += [
+            a.ptx_gencode() for a in archs if a in part.ptx and a.compute in toolchain.nvcc_targets
+        ]
+        parts.append(PartPlan(part=part, archs=archs, gencode_flags=tuple(flags)))
+    union = tuple(sorted({a for p in parts for a in p.archs}))
+    return KernelPlan(
+        spec=spec,
+        skip=None,
+        archs=union,
+        cxx_std=default_cxx_std(spec, toolchain.torch_version),
+        parts=tuple(parts),
+        left_out=tuple(left_out),
     )
 
 
@@ -483,9 +537,20 @@ def _torch_bounds_reason(spec: KernelSpec, toolchain: Toolchain) -> Reason | Non
     """A skip when the torch built against lies outside the kernel's torch bounds (a
     `build.toml` project's `[torch] minver`/`maxver`, compared as major.minor)."""
     torch = toolchain.torch_version
-    if torch is None or (spec.min_torch is None and spec.max_torch is None):
+    if torch is None:
         return None
     release = Version(".".join(str(part) for part in torch.release[:2]))
+    if (
+        spec.compile_rules == "kernel-builder"
+        and spec.abi == "stable"
+        and release < spec.stable_target
+    ):
+        # kernel-builder refuses to build a stable target newer than the torch it builds with
+        return Reason(
+            "platform-excluded",
+            f"targets the stable ABI of torch {spec.stable_target}, building against torch "
+            f"{torch}, which does not provide it",
+        )
     if spec.min_torch is not None and release < spec.min_torch:
         return Reason(
             "platform-excluded",

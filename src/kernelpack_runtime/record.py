@@ -232,6 +232,9 @@ class BuiltKernel:
     """`cuda` (nvcc, needs a GPU) or `cpu` (host C++ only, usable without a GPU)."""
     library_sha256: str | None = None
     """SHA-256 of the installed library: `load()` checks the file against it before dlopen."""
+    parts: Mapping[str, tuple[Arch, ...]] = field(default_factory=dict)
+    """The kernels compiled into this library with archs of their own (a kernel-builder
+    project's), name -> archs; `archs` is their union. Empty for a kernels.toml kernel."""
 
     status: ClassVar[Literal["built"]] = "built"
     built: ClassVar[bool] = True
@@ -248,6 +251,18 @@ class BuiltKernel:
             "namespace": self.namespace,
             "backend": self.backend,
             "library_sha256": self.library_sha256,
+            **(
+                {"parts": {name: [str(a) for a in archs] for name, archs in self.parts.items()}}
+                if self.parts
+                else {}
+            ),
+        }
+
+    def parts_on(self, capability: tuple[int, int]) -> dict[str, bool]:
+        """Whether each part's code runs on a device of `capability` (empty: no parts)."""
+        return {
+            name: any(a.runs_on(capability, ptx=self.ptx) for a in archs)
+            for name, archs in self.parts.items()
         }
 
     @classmethod
@@ -273,17 +288,26 @@ class BuiltKernel:
             sources_sha256=digest,
             backend="cpu" if backend == "cpu" else "cuda",
             library_sha256=library_digest,
+            parts=_parts(table),
         )
 
 
-def _archs(table: _Object) -> tuple[Arch, ...]:
+def _archs(table: _Object, key: str = "archs") -> tuple[Arch, ...]:
     archs = []
-    for index, text in enumerate(table.strings("archs")):
+    for index, text in enumerate(table.strings(key)):
         try:
             archs.append(Arch.parse(text))
         except InvalidArch as exc:
-            raise InvalidRecord(f"{table._path('archs')}[{index}]: {exc}") from None
+            raise InvalidRecord(f"{table._path(key)}[{index}]: {exc}") from None
     return tuple(archs)
+
+
+def _parts(table: _Object) -> dict[str, tuple[Arch, ...]]:
+    """The optional `parts` object: kernel name -> archs."""
+    if "parts" not in table.data:
+        return {}
+    parts = table.object("parts")
+    return {name: _archs(parts, name) for name in parts.data}
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,19 @@ class Registry:
             return reason
         return self._import(kernel, entry, record)
 
+    def capability(self) -> tuple[int, int] | None:
+        """The compute capability of the first visible GPU (None: none, or no record)."""
+        with self._lock:
+            record = self.record
+            if record is None:
+                return None
+            if self._context is None:
+                self._context = Context(
+                    record, probe=self._probe or device.default_probe, read_torch=self._read_torch
+                )
+            devices = self._context.device.devices
+            return devices[0].capability if devices else None
+
     def import_library(self, kernel: str) -> Reason | None:
         """Import built `kernel`'s library even where it cannot run (no device, another
         arch), as a package whose import registers its ops does: its library is still

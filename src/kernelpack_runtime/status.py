@@ -9,7 +9,8 @@ the JSON shape of docs/runtime.md: `{"package", "version", "kernels": {name: {"a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelpack_runtime.reason import Reason
@@ -30,18 +31,39 @@ class KernelStatus:
     reason: Reason | None
     archs: tuple[str, ...]
     abi: str | None
+    parts: Mapping[str, tuple[tuple[str, ...], bool | None]] = field(default_factory=dict)
+    """The kernels compiled into this library with archs of their own: name -> (archs,
+    whether they run on the GPU found; None without one)."""
 
     @property
     def available(self) -> bool:
         return self.reason is None
 
+    def parts_line(self) -> str | None:
+        """Which of the library's kernels run on the GPU found, in words (None: no parts or
+        no GPU)."""
+        known = {name: runs for name, (_, runs) in self.parts.items() if runs is not None}
+        if not known:
+            return None
+        here = ", ".join(name for name, runs in known.items() if runs) or "none"
+        elsewhere = [name for name, runs in known.items() if not runs]
+        return f"runs here: {here}" + (
+            f"; not on this GPU: {', '.join(elsewhere)}" if elsewhere else ""
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "available": self.available,
             "reason": self.reason.to_json() if self.reason is not None else None,
             "archs": list(self.archs),
             "abi": self.abi,
         }
+        if self.parts:
+            data["parts"] = {
+                name: {"archs": list(archs), "runs_here": runs}
+                for name, (archs, runs) in self.parts.items()
+            }
+        return data
 
 
 @dataclass(frozen=True)
@@ -70,7 +92,9 @@ class PackageStatus:
             reason = registry.unavailable_reason(name)
             if isinstance(entry, BuiltKernel):
                 archs = tuple(str(arch) for arch in entry.archs)
-                kernels.append(KernelStatus(name, reason, archs, entry.abi))
+                kernels.append(
+                    KernelStatus(name, reason, archs, entry.abi, _parts(registry, entry))
+                )
             else:
                 kernels.append(KernelStatus(name, reason, (), None))
         return cls(package=registry.package, version=record.version, kernels=tuple(kernels))
@@ -88,7 +112,9 @@ class PackageStatus:
                 "yes" if kernel.available else "no",
                 " ".join(kernel.archs) or "-",
                 kernel.abi or "-",
-                f"{kernel.reason.code}: {kernel.reason.message}" if kernel.reason else "-",
+                f"{kernel.reason.code}: {kernel.reason.message}"
+                if kernel.reason
+                else kernel.parts_line() or "-",
             )
             for kernel in self.kernels
         ]
@@ -107,6 +133,18 @@ class PackageStatus:
                 "reason": None if verify else f"{VERIFY_VARIABLE}=0",
             },
         }
+
+
+def _parts(
+    registry: Registry, entry: BuiltKernel
+) -> dict[str, tuple[tuple[str, ...], bool | None]]:
+    if not entry.parts:
+        return {}
+    capability = registry.capability()
+    runs = entry.parts_on(capability) if capability is not None else {}
+    return {
+        name: (tuple(str(a) for a in archs), runs.get(name)) for name, archs in entry.parts.items()
+    }
 
 
 def render_text(report: PackageStatus, caption: str | None = None) -> str:

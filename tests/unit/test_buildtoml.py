@@ -17,6 +17,7 @@ from packaging.version import Version
 from kernelpack.errors import ManifestError
 from kernelpack.plan import Selection, decide
 from kernelpack.project import buildtoml
+from kernelpack.project.buildtoml.capabilities import default_capabilities
 from kernelpack.project.locate import locate
 from kernelpack.project.manifest import ANY_PLATFORM
 from kernelpack_runtime.arch import Arch
@@ -149,26 +150,28 @@ def test_stable_abi_table_makes_the_library_stable_for_its_cuda_target() -> None
     assert str(library.stable_target) == "2.11"
 
 
-def test_cutlass_dependency_maps_to_kernelpacks_cutlass() -> None:
+def test_a_cutlass_dependency_keeps_its_exact_version() -> None:
     library = locate(EXAMPLES / "cutlass-gemm").load_manifest().kernel(buildtoml.KERNEL)
-    assert library.depends == ("cutlass",)
+    assert library.depends == ("cutlass_3_6",)
 
 
-def test_without_capabilities_the_library_wishes_for_kernel_builders_default_set() -> None:
+def test_without_capabilities_a_kernel_wishes_for_kernel_builders_default_set() -> None:
     library = locate(EXAMPLES / "relu").load_manifest().kernel(buildtoml.KERNEL)
-    assert library.arch == {
-        ANY_PLATFORM: tuple(sorted(Arch.parse(c) for c in buildtoml.DEFAULT_CAPABILITIES))
-    }
-    assert library.ptx and library.loose_archs
+    (part,) = library.parts
+    defaults = default_capabilities(None)  # kernel-builder's set for CUDA 13
+    assert [str(a) for a in part.arch] == [c.removesuffix("+PTX") for c in defaults]
+    assert [str(a) for a in part.ptx] == ["12.1"]  # "12.1+PTX"
+    assert library.arch == {ANY_PLATFORM: part.arch} and library.loose_archs
 
 
 def test_the_plan_keeps_the_capabilities_this_nvcc_can_build() -> None:
     manifest = locate(EXAMPLES / "relu").load_manifest()
-    toolchain = make_toolchain(nvcc_targets=frozenset({"sm_80", "sm_90", "compute_90"}))
-    kernel = decide(manifest, toolchain).kernel(buildtoml.KERNEL)
+    targets = frozenset({"sm_80", "sm_90", "sm_121", "compute_121"})
+    kernel = decide(manifest, make_toolchain(nvcc_targets=targets)).kernel(buildtoml.KERNEL)
     assert kernel.build
-    assert [str(a) for a in kernel.archs] == ["8.0", "9.0"]
-    assert kernel.gencode_flags[-1] == "-gencode=arch=compute_90,code=compute_90"
+    assert [str(a) for a in kernel.archs] == ["8.0", "9.0", "12.1"]
+    (part,) = kernel.parts
+    assert part.gencode_flags[-1] == "-gencode=arch=compute_121,code=compute_121"
 
 
 def test_listed_capabilities_are_built(tmp_path: Path) -> None:
@@ -176,6 +179,29 @@ def test_listed_capabilities_are_built(tmp_path: Path) -> None:
     library = buildtoml.load(make_project(tmp_path, text)).kernel(buildtoml.KERNEL)
     assert library.arch == {ANY_PLATFORM: (Arch.parse("9.0a"), Arch.parse("10.0"))}
     assert not library.ptx
+
+
+@pytest.mark.parametrize(
+    ("listed", "built"),
+    [
+        (["7.5", "8.0", "8.6", "9.0a"], ["7.5", "8.0", "8.6", "9.0a"]),
+        (["8.0", "11.8"], ["8.0"]),  # no GPU is 11.8: kernel-builder's intersection drops it
+        (["8.0", "9.0", "9.0a"], ["8.0", "9.0a"]),  # 9.0a takes 9.0's place
+        (["8.0+PTX"], ["8.0"]),
+    ],
+)
+def test_capabilities_are_kernel_builders_loose_intersection(
+    tmp_path: Path, listed: list[str], built: list[str]
+) -> None:
+    text = MINIMAL + f"cuda-capabilities = {listed!r}\n".replace("'", '"')
+    (part,) = buildtoml.load(make_project(tmp_path, text)).kernel(buildtoml.KERNEL).parts
+    assert [str(a) for a in part.arch] == built
+    assert bool(part.ptx) == any(c.endswith("+PTX") for c in listed)
+
+
+def test_capabilities_matching_nothing_are_one_line(tmp_path: Path) -> None:
+    text = MINIMAL + 'cuda-capabilities = ["11.8"]\n'
+    assert "[kernel.mine].cuda-capabilities: none of ['11.8']" in _error(tmp_path, text)
 
 
 def test_tool_kernelpack_arch_is_the_default_for_kernels_without_capabilities(
@@ -192,7 +218,7 @@ def test_cuda_minver_and_maxver_bound_the_toolkit(tmp_path: Path) -> None:
     text += 'cuda-minver = "12.8"\n'
     manifest = buildtoml.load(make_project(tmp_path, text))
     library = manifest.kernel(buildtoml.KERNEL)
-    assert str(library.min_cuda) == "12.8"
+    assert str(library.parts[0].min_cuda) == "12.8"
     assert str(library.max_cuda) == "12.9"
     skip = decide(manifest, make_toolchain()).kernel(buildtoml.KERNEL).skip
     assert skip is not None and skip.code == "cuda-mismatch" and "12.9" in skip.message
@@ -311,10 +337,32 @@ def test_bad_build_toml_is_one_line_naming_table_and_key(
     assert fragment in _error(tmp_path, MINIMAL.replace(*edit))
 
 
-def test_differing_capabilities_of_two_cuda_kernels_are_an_error(tmp_path: Path) -> None:
-    text = MINIMAL + 'cuda-capabilities = ["9.0"]\n\n[kernel.other]\nbackend = "cuda"\n'
-    text += 'depends = ["torch"]\nsrc = ["mine_cuda/mine.cu"]\ncuda-capabilities = ["8.0"]\n'
-    assert "cuda-capabilities differs between CUDA kernels" in _error(tmp_path, text)
+def test_each_kernel_keeps_its_own_capabilities_flags_and_cuda_floor(tmp_path: Path) -> None:
+    text = MINIMAL + 'cuda-capabilities = ["9.0a"]\ncuda-flags = ["-DMINE"]\n'
+    text += '\n[kernel.other]\nbackend = "cuda"\ndepends = ["torch"]\nsrc = ["other/o.cu"]\n'
+    text += 'cuda-capabilities = ["8.0"]\ncxx-flags = ["-DOTHER"]\ncuda-minver = "13.1"\n'
+    path = make_project(tmp_path, text)
+    write_tree(tmp_path, {"other/o.cu": "// o\n"})
+    manifest = buildtoml.load(path)
+    library = manifest.kernel(buildtoml.KERNEL)
+    mine, other = library.parts
+    assert (mine.name, [str(a) for a in mine.arch], mine.nvcc_flags) == (
+        "mine",
+        ["9.0a"],
+        ("-DMINE",),
+    )
+    assert (other.name, [str(a) for a in other.arch], other.cxx_flags) == (
+        "other",
+        ["8.0"],
+        ("-DOTHER",),
+    )
+    assert library.arch == {ANY_PLATFORM: (Arch.parse("8.0"), Arch.parse("9.0a"))}
+    # nvcc 13.0 is below other's cuda-minver: kernel-builder leaves it out of the library
+    targets = frozenset({"sm_80", "sm_90a"})
+    kernel = decide(manifest, make_toolchain(nvcc_targets=targets)).kernel(buildtoml.KERNEL)
+    assert [p.name for p in kernel.parts] == ["mine"]
+    assert kernel.left_out == ("other: needs CUDA >= 13.1, nvcc is CUDA 13.0",)
+    assert [str(a) for a in kernel.archs] == ["9.0a"]
 
 
 def test_missing_sources_skip_the_library_when_allowed(tmp_path: Path) -> None:

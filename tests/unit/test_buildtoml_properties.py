@@ -98,18 +98,31 @@ def _kernel(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def build_tomls(draw: st.DrawFn) -> dict[str, Any]:
+    # Every format: edition 5; no edition (v4, or v3 without license/version/framework);
+    # `universal` and no `backends` (v2).
     general: dict[str, Any] = {
         "name": draw(st.sampled_from(["relu", "relu_2", "1x", "a b", "ü", "x" * 300])),
-        "version": draw(st.sampled_from([1, 2, "1"])),
-        "edition": draw(st.sampled_from([5, 4, "5"])),
-        "backends": draw(st.lists(st.sampled_from(["cuda", "cpu", "metal", "x"]), max_size=3)),
+        "version": draw(st.sampled_from([1, 2, "1", None])),
+        "edition": draw(st.sampled_from([5, 4, "5", None, None])),
+        "backends": draw(
+            st.one_of(
+                st.none(), st.lists(st.sampled_from(["cuda", "cpu", "metal", "x"]), max_size=3)
+            )
+        ),
     }
+    general = {key: value for key, value in general.items() if value is not None}
     if draw(st.booleans()):
         general["license"] = draw(st.text(max_size=10))
+    if draw(st.booleans()):
+        general["universal"] = draw(st.sampled_from([True, False, "yes"]))
     data: dict[str, Any] = {"general": general}
     framework = draw(st.sampled_from(["torch", "torch-noarch", "both", "none"]))
     if framework in ("torch", "both"):
         data["torch"] = {"src": draw(st.lists(_PATHS, max_size=3))}
+        if draw(st.booleans()):
+            data["torch"]["stable-abi"] = draw(
+                st.sampled_from(["2.9", "2.10", "2", 2.9, {"cuda": "2.9"}, {"gpu": "2.10"}])
+            )
     if framework in ("torch-noarch", "both"):
         data["torch-noarch"] = {}
     kernels = draw(st.dictionaries(st.sampled_from(["relu", "k2", "1bad", "a-b"]), _kernel()))

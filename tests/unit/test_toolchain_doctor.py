@@ -77,6 +77,8 @@ def test_json_carries_each_kernels_decision(
         "cxx_std": 17,
         "depends": [],
         "depends_include_dirs": [],
+        "parts": {},  # a kernels.toml kernel compiles all its sources with its own settings
+        "left_out": [],
     }
     assert report["kernels"]["flash_moe"]["decision"] == "skip"
     assert report["kernels"]["flash_moe"]["reason"] == {

@@ -15,16 +15,16 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from kernelpack.builder import clangd, graph, install, memory, modinit, symbols
+from kernelpack.builder import clangd, graph, install, memory, symbols
 from kernelpack.builder import ninja as ninja_runner
 from kernelpack.builder.diagnostics import Relocator
-from kernelpack.builder.flags import kernel_flags, limited_api_hex
 from kernelpack.builder.lock import BuildLock, build_lock
 from kernelpack.builder.ninja import Step
+from kernelpack.builder.nodes import nodes_of, write_if_changed
 from kernelpack.builder.outputs import (
     BuildResult,
     build_record,
@@ -34,13 +34,11 @@ from kernelpack.builder.outputs import (
 )
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
-from kernelpack.project.filekinds import is_header
 from kernelpack.toolchain.launcher import Choice as LauncherChoice
 from kernelpack.toolchain.launcher import cache as compiler_cache
 from kernelpack.toolchain.launcher import farm
 from kernelpack.toolchain.launcher.cache import CacheStats
 from kernelpack.toolchain.launcher.cache import session as launcher_session
-from kernelpack_runtime._files import write_text_atomic
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
 
 if TYPE_CHECKING:
@@ -118,7 +116,7 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             if plan.toolchain.nvcc is None and cuda:
                 raise BuildError("nvcc is needed to build CUDA kernels but none was found")
             nvcc = plan.toolchain.nvcc or Path("nvcc")  # CPU kernels only: no edge runs it
-            nodes = _graph_kernels(plan, build_dir, options.root.absolute())
+            nodes = nodes_of(plan, build_dir, options.root.absolute())
             libraries = {node.name: build_dir / node.library for node in nodes}
             graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, plan)
             steps, stats = _compile(plan, graph_inputs, libraries, lock, jobs=jobs, options=options)
@@ -152,36 +150,17 @@ def _job_count(plan: BuildPlan, options: BuildOptions) -> int:
 
 
 def _announce(plan: BuildPlan, options: BuildOptions, jobs: int) -> None:
-    if options.announce is None or options.output == "quiet":
+    if options.output == "quiet":
         return
-    line = options.announce(plan, jobs)
-    if line is not None:
-        (options.stream if options.stream is not None else sys.stderr).write(line + "\n")
-
-
-def _graph_kernels(plan: BuildPlan, build_dir: Path, root: Path) -> list[graph.GraphKernel]:
-    """Each kernel to build as a node of the graph: its flags, its sources (with a generated
-    module init where it defines none) and its library in the build folder."""
-    nodes = []
+    out = options.stream if options.stream is not None else sys.stderr
+    for note in plan.manifest.notes:
+        out.write(f"kernelpack: note: {note}\n")
     for kernel in plan.to_build:
-        headers = _write_headers(kernel, build_dir)
-        if headers:
-            kernel = replace(kernel, dep_include_dirs=(*headers, *kernel.dep_include_dirs))
-        flags = kernel_flags(kernel, plan.toolchain, limited_api=plan.python_floor)
-        sources = [s for s in kernel.spec.sources if not is_header(s)]
-        if not modinit.defines_module_init(sources):
-            sources.append(_write_modinit(kernel, build_dir, plan.python_floor))
-        nodes.append(
-            graph.GraphKernel(
-                name=kernel.name,
-                sources=tuple(sources),
-                flags=flags,
-                library=f"lib/{kernel.name}/{library_name(kernel)}",
-                package_dir=plan.manifest.package_dir,
-                root=root,
-            )
-        )
-    return nodes
+        for left_out in kernel.left_out:
+            out.write(f"kernelpack: {kernel.name}: leaves out {left_out}\n")
+    settings = options.announce(plan, jobs) if options.announce is not None else None
+    if settings is not None:
+        out.write(settings + "\n")
 
 
 @dataclass(frozen=True)
@@ -213,7 +192,7 @@ class _GraphInputs:
         )
         if graph.aliases_sources(launcher):
             graph.link_root(self.build_dir, self.root)
-        _write_if_changed(self.build_dir / graph.FILENAME, text)
+        write_if_changed(self.build_dir / graph.FILENAME, text)
 
 
 def _compile(
@@ -230,7 +209,7 @@ def _compile(
     launcher = plan.toolchain.launcher
     build_dir = inputs.build_dir
     # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
-    threads = max(node.flags.threads for node in inputs.nodes)
+    threads = max(group.flags.threads for node in inputs.nodes for group in node.groups)
     per_job = memory.plan(
         _pool_outputs(inputs.nodes, build_dir),
         memory.load(build_dir),
@@ -287,8 +266,9 @@ def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[s
     """The objects of the heavy and the light pool's compiles."""
     outputs: dict[str, list[str]] = {"heavy": [], "light": []}
     for node in nodes:
-        pool = outputs["heavy" if node.flags.heavy else "light"]
-        pool.extend(node.object_for(source, build_dir) for source in node.sources)
+        for group in node.groups:
+            pool = outputs["heavy" if group.flags.heavy else "light"]
+            pool.extend(node.object_for(source, build_dir) for source in group.sources)
     return outputs
 
 
@@ -477,26 +457,7 @@ def _write_compdb(build_dir: Path, entries: list[dict[str, str]]) -> None:
         for e in entries
         if not e.get("output", "").startswith("lib/")
     ]
-    _write_if_changed(build_dir / COMPDB_FILENAME, json.dumps(compiles, indent=2) + "\n")
-
-
-def _write_modinit(kernel: KernelPlan, build_dir: Path, floor: tuple[int, int]) -> Path:
-    limited = limited_api_hex(floor) if kernel.spec.abi == "stable" else None
-    path = build_dir / "gen" / kernel.name / f"{kernel.spec.module}_init.c"
-    _write_if_changed(
-        path, modinit.source(kernel.name, limited_api=limited, module=kernel.spec.module)
-    )
-    return path
-
-
-def _write_headers(kernel: KernelPlan, build_dir: Path) -> tuple[Path, ...]:
-    """Write the kernel's generated headers; return their include folder (if any)."""
-    if not kernel.spec.generated_headers:
-        return ()
-    folder = build_dir / "gen" / kernel.name / "include"
-    for name, text in kernel.spec.generated_headers.items():
-        _write_if_changed(folder / name, text)
-    return (folder,)
+    write_if_changed(build_dir / COMPDB_FILENAME, json.dumps(compiles, indent=2) + "\n")
 
 
 def _write_generated(plan: BuildPlan, build_dir: Path) -> dict[str, Path]:
@@ -511,24 +472,9 @@ def _write_generated(plan: BuildPlan, build_dir: Path) -> dict[str, Path]:
             )
     for relative, text in files.items():
         path = build_dir / "gen" / "package" / relative
-        _write_if_changed(path, text)
+        write_if_changed(path, text)
         staged[relative] = path
     return staged
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    """Atomic write that leaves an identical file (and its mtime) alone.
-
-    Whatever the build folder holds at `path` (another encoding, a folder) is replaced, or
-    is a one-line `BuildError`.
-    """
-    if install.read_bytes(path) == text.encode("utf-8"):
-        return
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        what = "is a folder" if path.is_dir() else (exc.strerror or str(exc)).lower()
-        raise BuildError(f"{path}: cannot write it: {what}") from None
 
 
 def _say(options: BuildOptions, line: str) -> None:

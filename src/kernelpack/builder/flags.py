@@ -14,11 +14,14 @@ from pathlib import Path
 from packaging.version import Version
 
 from kernelpack.errors import BuildError
-from kernelpack.plan import KernelPlan
+from kernelpack.plan import KernelPlan, PartPlan
+from kernelpack.project.manifest import KernelSpec
 from kernelpack.toolchain.detection import Toolchain
+from kernelpack.toolchain.torchprobe import TorchExtension
 
 __all__ = [
     "INCLUDE_DIR",
+    "KERNEL_BUILDER_DROPPED",
     "SHARED_LIBSTDCXX",
     "KernelFlags",
     "kernel_flags",
@@ -47,6 +50,16 @@ def shared_libstdcxx(loaded: str | None) -> tuple[str, ...]:
     if loaded is None:
         return SHARED_LIBSTDCXX
     return (SHARED_LIBSTDCXX[0], loaded, SHARED_LIBSTDCXX[2])
+
+
+#: torch's nvcc defines kernel-builder drops for CUDA >= 11.8 (it adds `-DENABLE_FP8`):
+#: half and bfloat16 keep their operators and conversions.
+KERNEL_BUILDER_DROPPED = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+)
 
 
 def stable_target_hex(target: Version) -> str:
@@ -89,9 +102,15 @@ def nvcc_threads(gencode_flags: tuple[str, ...]) -> int:
 
 
 def kernel_flags(
-    kernel: KernelPlan, toolchain: Toolchain, *, limited_api: tuple[int, int] = (3, 10)
+    kernel: KernelPlan,
+    toolchain: Toolchain,
+    *,
+    limited_api: tuple[int, int] = (3, 10),
+    part: PartPlan | None = None,
 ) -> KernelFlags:
-    """The flags for one planned kernel; `BuildError` when torch gave no extension flags."""
+    """The flags for one planned kernel, or for one of its parts (its archs, flags and
+    include folders instead of the kernel's own); `BuildError` when torch gave no extension
+    flags."""
     torch = toolchain.torch_extension
     if torch is None:
         why = toolchain.torch_missing or toolchain.torch_extension_missing or "unknown"
@@ -111,25 +130,53 @@ def kernel_flags(
         ]
     defines += [f"-D{name}={value}" for name, value in sorted(spec.defines.items())]
 
+    own_includes = part.part.include_dirs if part is not None else spec.include_dirs
     includes = [str(INCLUDE_DIR)]
-    includes += [str(d) for d in spec.include_dirs]
+    includes += [str(d) for d in own_includes]
     includes += [str(d) for d in kernel.dep_include_dirs]
     includes += list(torch.include_dirs)
     includes += [str(d) for d in toolchain.nvidia_include_dirs]
     includes.append(sysconfig.get_paths()["include"])
 
     std = f"-std=c++{kernel.cxx_std}"
-    nvcc = [*kernel.gencode_flags, std, "-O3", "-Xcompiler", "-fPIC"]
-    nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
-    nvcc += list(spec.nvcc_flags)
-    threads = nvcc_threads(kernel.gencode_flags)
+    gencode = part.gencode_flags if part is not None else kernel.gencode_flags
+    kernel_builder = spec.compile_rules == "kernel-builder"
+    nvcc = [*gencode, std, "-O3", "-Xcompiler", "-fPIC"]
+    if kernel_builder:
+        nvcc += [f for f in torch.nvcc_flags if f not in KERNEL_BUILDER_DROPPED]
+        nvcc += ["-DENABLE_FP8"]
+    else:
+        nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
+    nvcc += list(part.part.nvcc_flags if part is not None else spec.nvcc_flags)
+    threads = nvcc_threads(gencode)
     if threads > 1:
         # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
         # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
         nvcc += ["--threads", str(threads)]
-    cxx = [std, "-O3", "-fPIC", *spec.cxx_flags]
+    cxx = [std, "-O3", "-fPIC"]
+    if kernel_builder:
+        # kernel-builder: keeps template statics of two loaded extensions apart
+        cxx.append("-fno-gnu-unique")
+    cxx += list(part.part.cxx_flags if part is not None else spec.cxx_flags)
     cc = ["-O2", "-fPIC"]
 
+    ldflags = _link_flags(spec, toolchain, torch, stable=stable, cpu=cpu)
+    return KernelFlags(
+        defines=tuple(defines),
+        include_dirs=tuple(dict.fromkeys(includes)),
+        nvcc=tuple(nvcc),
+        cxx=tuple(cxx),
+        cc=tuple(cc),
+        ldflags=tuple(ldflags),
+        heavy=not stable,
+        threads=threads,
+    )
+
+
+def _link_flags(
+    spec: KernelSpec, toolchain: Toolchain, torch: TorchExtension, *, stable: bool, cpu: bool
+) -> list[str]:
+    """Library folders and libraries, after the objects on the link line."""
     library_dirs = list(torch.library_dirs)
     library_dirs += [
         str(d.parent / "lib") for d in toolchain.nvidia_include_dirs if (d.parent / "lib").is_dir()
@@ -144,16 +191,7 @@ def kernel_flags(
         ldflags += [f"-l{lib}" for lib in _for_backend(torch.libraries, cpu=cpu)]
     ldflags += [f"-l{lib}" for lib in spec.libraries]
     ldflags += list(shared_libstdcxx(torch.libstdcxx))
-    return KernelFlags(
-        defines=tuple(defines),
-        include_dirs=tuple(dict.fromkeys(includes)),
-        nvcc=tuple(nvcc),
-        cxx=tuple(cxx),
-        cc=tuple(cc),
-        ldflags=tuple(ldflags),
-        heavy=not stable,
-        threads=threads,
-    )
+    return ldflags
 
 
 def _for_backend(libraries: tuple[str, ...], *, cpu: bool) -> tuple[str, ...]:

@@ -54,6 +54,7 @@ __all__ = [
     "ROOT_LINK",
     "GraphKernel",
     "Pools",
+    "Unit",
     "aliases_sources",
     "link_root",
     "render",
@@ -113,6 +114,15 @@ class Pools:
 
 
 @dataclass(frozen=True)
+class Unit:
+    """Sources compiled with flags of their own and linked into their kernel's library (one
+    part of a kernel-builder project)."""
+
+    sources: tuple[Path, ...]
+    flags: KernelFlags
+
+
+@dataclass(frozen=True)
 class GraphKernel:
     """One kernel's node set: its sources, flags and staged library path."""
 
@@ -125,6 +135,13 @@ class GraphKernel:
     package_dir: Path
     root: Path | None = None
     """The project root, for sources outside the package (a `build.toml` project's)."""
+    units: tuple[Unit, ...] = ()
+    """Further sources with flags of their own, linked into the same library."""
+
+    @property
+    def groups(self) -> tuple[Unit, ...]:
+        """Every compile group: the kernel's own sources and flags, then its units."""
+        return (Unit(self.sources, self.flags), *self.units)
 
     def object_for(self, source: Path, build_dir: Path) -> str:
         """Object path (relative to the build folder) of one source."""
@@ -235,15 +252,31 @@ def _write_kernel(
 ) -> None:
     """One compile step per source of `kernel` (its rule by suffix) and the link of its
     library; `aliased`: `.cu` sources below the root are spelled below `CWD_ALIAS`."""
-    flags = kernel.flags
+    objects = []
+    w.comment(f"kernel {kernel.name}")
+    for group in kernel.groups:
+        objects += _write_group(w, kernel, group, build_dir=build_dir, root=root, aliased=aliased)
+    w.build(
+        [_path(kernel.library)],
+        "link",
+        [_path(o) for o in objects],
+        variables={"ldflags": _words(kernel.flags.ldflags)},
+    )
+    w.newline()
+
+
+def _write_group(
+    w: Writer, kernel: GraphKernel, group: Unit, *, build_dir: Path, root: Path, aliased: bool
+) -> list[str]:
+    """One compile step per source of `group`, with the group's flags; returns the objects."""
+    flags = group.flags
     defines = _words(flags.defines)
     includes = _words(
         [f"-I{_relative(Path(d), build_dir=build_dir, root=root)}" for d in flags.include_dirs]
     )
     pool = "heavy" if flags.heavy else "light"
     objects = []
-    w.comment(f"kernel {kernel.name}")
-    for source in kernel.sources:
+    for source in group.sources:
         obj = kernel.object_for(source, build_dir)
         objects.append(obj)
         spelled = _relative(Path(source), build_dir=build_dir, root=root)
@@ -267,13 +300,7 @@ def _write_kernel(
             },
             pool=pool if rule != "cc" else None,
         )
-    w.build(
-        [_path(kernel.library)],
-        "link",
-        [_path(o) for o in objects],
-        variables={"ldflags": _words(flags.ldflags)},
-    )
-    w.newline()
+    return objects
 
 
 def aliases_sources(launcher: Path | None) -> bool:

@@ -170,6 +170,7 @@ def _kernel_record(kernel: KernelPlan, package_dir: Path, staged: Path | None) -
         namespace=spec.namespace,
         backend=spec.backend,
         library_sha256=library_sha256,
+        parts={part.name: part.archs for part in kernel.parts},
     )
 
 

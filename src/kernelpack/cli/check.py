@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
             error = {"message": lines[0], "exit_code": exc.exit_code, "errors": lines}
             print(json.dumps({"error": error}, indent=2))
         return exc.exit_code
+    for note in manifest.notes:
+        print(f"kernelpack check: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(project, manifest), indent=2))
     else:
@@ -94,6 +96,10 @@ def summary(project: Project, manifest: Manifest) -> str:
             f"  {spec.name:<{width}}  abi={spec.abi:<6}  arch={_archs(spec)}  "
             f"{files} source{'s' if files != 1 else ''}"
         )
+        for part in spec.parts:
+            archs = ",".join(map(str, part.arch)) or "-"
+            floor = f"  cuda>={part.min_cuda}" if part.min_cuda is not None else ""
+            lines.append(f"    {part.name}: arch={archs}{floor}  {len(part.sources)} files")
     return "\n".join(lines)
 
 

@@ -137,6 +137,11 @@ def _kernel_json(kernel: KernelPlan, include_dirs: tuple[Path, ...]) -> dict[str
         "cxx_std": kernel.cxx_std if kernel.build else None,
         "depends": list(kernel.spec.depends),
         "depends_include_dirs": [str(d) for d in include_dirs],
+        "parts": {
+            part.name: {"archs": [str(a) for a in part.archs], "gencode": list(part.gencode_flags)}
+            for part in kernel.parts
+        },
+        "left_out": list(kernel.left_out),
     }
 
 
@@ -208,7 +213,13 @@ def _plan_table(result: BuildPlan) -> Table:
         archs = ", ".join(str(arch) for arch in kernel.archs) or "-"
         if kernel.skip is None:
             decision = Text("build", style="green")
-            details = Text("\n".join([f"C++{kernel.cxx_std}", *kernel.gencode_flags]))
+            parts = [
+                f"{part.name}: {', '.join(str(a) for a in part.archs) or '-'}"
+                for part in kernel.parts
+            ]
+            left_out = [f"left out: {line}" for line in kernel.left_out]
+            lines = [f"C++{kernel.cxx_std}", *kernel.gencode_flags, *parts, *left_out]
+            details = Text("\n".join(lines))
         else:
             decision = Text("skip", style="yellow")
             details = Text(f"{kernel.skip.code}: {kernel.skip.message}")

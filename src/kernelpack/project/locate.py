@@ -165,6 +165,9 @@ def _from_build_toml(path: Path) -> Project:
     table.setdefault("version", str(facts.version))
     if facts.license is not None:
         table.setdefault("license", facts.license)
+    requires = buildtoml.requirements(facts)
+    if requires:
+        table.setdefault("dependencies", list(requires))
     return Project(
         root=root,
         pyproject=pyproject,

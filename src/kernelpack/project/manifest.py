@@ -55,14 +55,20 @@ __all__ = [
     "MAX_KERNELS",
     "Abi",
     "Backend",
+    "CompileRules",
     "KernelSpec",
     "Key",
     "Manifest",
+    "Part",
     "load",
 ]
 
 Abi = Literal["torch", "stable"]
 Backend = Literal["cuda", "cpu"]
+CompileRules = Literal["kernelpack", "kernel-builder"]
+"""Whose defaults a kernel's compiles follow: kernelpack's (BuildExtension's nvcc flags, the
+C++ standard torch needs) or kernel-builder's (its nvcc defines, C++17 below torch 2.12 and
+C++20 from it, `-fno-gnu-unique`), for `build.toml` projects."""
 
 #: Platform names (`platform.machine()`) a manifest may name.
 ALL_PLATFORMS = PLATFORMS
@@ -90,6 +96,26 @@ def _strings(kind: Literal["define", "flag", "path", "glob"] | None = None) -> d
 
 
 _VERSION_SCHEMA = {"type": "string", "pattern": _VERSION}
+
+
+@dataclass(frozen=True)
+class Part:
+    """Sources of a library compiled with settings of their own, then linked into it: one
+    kernel of a `build.toml` project (its `cuda-capabilities`, flags, includes, CUDA floor),
+    as kernel-builder compiles each kernel of a project into the project's one extension."""
+
+    name: str
+    """The kernel's name in its manifest (`[kernel.<name>]`)."""
+    sources: tuple[Path, ...]
+    arch: tuple[Arch, ...] = ()
+    """Its archs (CUDA parts; none for a CPU part)."""
+    ptx: tuple[Arch, ...] = ()
+    """The archs whose PTX is embedded too (kernel-builder's `+PTX`)."""
+    nvcc_flags: tuple[str, ...] = ()
+    cxx_flags: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+    min_cuda: Version | None = None
+    """Below this CUDA release the part is left out of the library (`cuda-minver`)."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +334,10 @@ class KernelSpec:
     generated_headers: Mapping[str, str] = field(default_factory=dict)
     """Header name -> text, written into a build-folder include directory that is on this
     kernel's include path (`registration.h` for a `build.toml` project that ships none)."""
+    parts: tuple[Part, ...] = ()
+    """Sources (among `sources`) compiled with settings of their own; the others compile with
+    the kernel's. `arch` is then the union of the parts' archs."""
+    compile_rules: CompileRules = "kernelpack"
 
     def __post_init__(self) -> None:
         # Whatever reader made this spec (kernels.toml, another format), no value of it may
@@ -355,6 +385,13 @@ def _shell_problem(spec: KernelSpec) -> tuple[str, str] | None:
         *(("cxx-flags", flag, "flag") for flag in spec.cxx_flags),
         *(("sources", os.path.relpath(p, spec.folder), "path") for p in spec.sources),
         *(("include-dirs", os.path.relpath(p, spec.folder), "path") for p in spec.include_dirs),
+        *(("cuda-flags", flag, "flag") for part in spec.parts for flag in part.nvcc_flags),
+        *(("cxx-flags", flag, "flag") for part in spec.parts for flag in part.cxx_flags),
+        *(
+            ("include", os.path.relpath(p, spec.folder), "path")
+            for part in spec.parts
+            for p in part.include_dirs
+        ),
     ]
     names = [(None, spec.name), ("ops", spec.namespace), *(("defines", n) for n in spec.defines)]
     for key, name in names:
@@ -394,6 +431,9 @@ class Manifest:
     generated: Mapping[str, str] = field(default_factory=dict)
     """Files the build writes into the package (path relative to it -> text), e.g. the
     `_ops.py` kernel-builder generates; installed in place and packed into the wheel."""
+    notes: tuple[str, ...] = ()
+    """Lines for the user that are not errors (an older `build.toml` format read by upgrading
+    it in memory); `check` and `build` print them."""
 
     def kernel(self, name: str) -> KernelSpec:
         for spec in self.kernels:

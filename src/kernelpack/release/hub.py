@@ -195,8 +195,7 @@ def _variant_name(plan: BuildPlan, kernels: tuple[KernelPlan, ...], backend: str
 
 
 def _noarch_variants(project: Project) -> list[Variant]:
-    data = buildtoml.read(project.manifest_path).data
-    backends = data.get("general", {}).get("backends", [])
+    backends = buildtoml.read(project.manifest_path).backends
     return [Variant(f"torch-{b}", b, ()) for b in ("cuda", "cpu") if b in backends]
 
 

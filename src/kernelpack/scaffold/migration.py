@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelpack.errors import UsageError
@@ -116,7 +116,7 @@ def plan(project: Project) -> Migration:
             f"{display_path(project.manifest_path)}: declares no CUDA kernel; kernelpack "
             "migrate moves a project's CUDA library (build its CPU kernels from build.toml)"
         )
-    library = manifest.kernel(buildtoml.KERNEL)
+    library = _flattened(manifest.kernel(buildtoml.KERNEL))
     root = project.root
     kernel_dir = project.package_dir / buildtoml.KERNEL
     csrc = kernel_dir / "csrc"
@@ -140,6 +140,14 @@ def plan(project: Project) -> Migration:
             f"the CPU library ({cpu.description}) is not carried over; add a kernel with "
             'backend = "cpu" to kernels.toml for it'
         )
+    if (
+        len({(p.arch, p.nvcc_flags, p.cxx_flags) for p in manifest.kernel(buildtoml.KERNEL).parts})
+        > 1
+    ):
+        notes.append(
+            "the kernels' own cuda-capabilities and flags are merged: kernels.toml compiles "
+            "one library with one set (the union of the archs and of the flags)"
+        )
     if library.max_cuda is not None:
         notes.append(
             f"[general.cuda].maxver = {library.max_cuda} has no kernels.toml key and is dropped"
@@ -156,6 +164,43 @@ def plan(project: Project) -> Migration:
         copies=copies,
         notes=tuple(notes),
         replaces=(project.package_dir / "_ops.py",),
+    )
+
+
+#: What kernel-builder's compile rules add to a library's flags, written out for kernels.toml
+#: (which follows kernelpack's rules): `-fno-gnu-unique` keeps template statics of two loaded
+#: kernels apart; its nvcc keeps half/bfloat16 operators and conversions and defines
+#: ENABLE_FP8 (torch's BuildExtension flags turn them off: `-U` undoes that).
+_KERNEL_BUILDER_NVCC = (
+    "-Xcompiler=-fno-gnu-unique",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-DENABLE_FP8",
+)
+
+
+def _flattened(library: KernelSpec) -> KernelSpec:
+    """`library` with its parts' settings merged into its own (kernels.toml has one set per
+    kernel) and kernel-builder's compile rules written out as flags."""
+    parts = library.parts
+    includes = {**dict.fromkeys(library.include_dirs)}
+    nvcc: dict[str, None] = dict.fromkeys(_KERNEL_BUILDER_NVCC)
+    cxx: dict[str, None] = dict.fromkeys(("-fno-gnu-unique", *library.cxx_flags))
+    for part in parts:
+        includes.update(dict.fromkeys(part.include_dirs))
+        nvcc.update(dict.fromkeys(part.nvcc_flags))
+        cxx.update(dict.fromkeys(part.cxx_flags))
+    floors = [p.min_cuda for p in parts if p.min_cuda is not None]
+    min_cuda = max([*floors, *([library.min_cuda] if library.min_cuda else [])], default=None)
+    return replace(
+        library,
+        include_dirs=tuple(includes),
+        nvcc_flags=tuple(nvcc),
+        cxx_flags=tuple(cxx),
+        min_cuda=min_cuda,
+        parts=(),
     )
 
 
@@ -279,7 +324,7 @@ def _registration_h() -> str:
 """
 
 
-def _pyproject(project: Project, facts: buildtoml.BuildToml) -> str:
+def _pyproject(project: Project, facts: buildtoml.Project) -> str:
     manifest = (project.package_dir / MANIFEST_NAME).relative_to(project.root).as_posix()
     lines = [
         "# Written by `kernelpack migrate` from build.toml.",

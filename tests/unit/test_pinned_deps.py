@@ -12,12 +12,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from archive_support import cutlass_tarball, cutlass_wheel, digest, served, version_header
 from packaging.version import Version
 
-from kernelpack.errors import ArchiveError, UsageError
+from kernelpack.errors import ArchiveError, DownloadError, UsageError
 from kernelpack.project.dependencies import (
     KERNEL_BUILDER_DEPS,
     PINNED_DEPS,
@@ -25,6 +26,7 @@ from kernelpack.project.dependencies import (
 )
 from kernelpack.project.settings import Settings
 from kernelpack.toolchain import cutlass, deps
+from kernelpack.toolchain.archives import ArchiveCache
 from kernelpack.toolchain.environment import BuildEnvironment
 
 KERNELPACK = Path(sys.executable).parent / "kernelpack"
@@ -295,3 +297,23 @@ def test_allow_nearest_is_an_option_of(verb: str) -> None:
         [str(KERNELPACK), verb, "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "--allow-nearest" in result.stdout
+
+
+def test_allow_nearest_takes_a_cached_release_and_fetches_no_other(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    table = _table(cutlass_tarball(mirror, "4.4.2"), cutlass_tarball(mirror, "4.0.0"))
+    table[Version("4.5.2")] = "0" * 64
+    cache = ArchiveCache(tmp_path / "cache")
+    cache.unpacked(cutlass.source_archive(Version("4.0.0"), table[Version("4.0.0")]), str(mirror))
+    opened: list[str] = []
+
+    def offline(source: str) -> BinaryIO:
+        opened.append(source)
+        raise DownloadError(f"{source}: network unreachable")
+
+    sources = cutlass.Sources(cache=replace(cache, opener=offline), source_sha256=table)
+    warnings: list[str] = []
+    found = cutlass.pinned("cutlass_4_5", sources, allow_nearest=True, warn=warnings.append)
+    assert found.version == Version("4.0.0")
+    assert opened == ["https://github.com/NVIDIA/cutlass/archive/refs/tags/v4.5.2.tar.gz"]
+    assert len(warnings) == 1

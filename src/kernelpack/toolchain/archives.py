@@ -117,6 +117,10 @@ class ArchiveCache:
     announce: Callable[[str], None] | None = None
     """Gets one line before a fetch (`kernelpack: fetching …`)."""
 
+    def has(self, archive: Archive) -> bool:
+        """Whether `archive` is unpacked in the cache already."""
+        return (self.root / archive.entry).is_dir()
+
     def unpacked(self, archive: Archive, mirror: str | None = None) -> Path:
         """The folder `archive` unpacks to, fetched from `archive.source(mirror)`, checked and
         unpacked first when it is not in the cache yet."""

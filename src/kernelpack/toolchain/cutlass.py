@@ -9,8 +9,9 @@ In order, for `cutlass_X_Y` (the release `PINNED_DEPS` names, e.g. 4.0.0):
    cache and checked against the sha256 tables below before anything is unpacked
    (`kernelpack.toolchain.archives`). `KERNELPACK_DEPS_MIRROR` (a folder or URL holding the
    same files under the same names) replaces PyPI and GitHub on machines without internet;
-3. with `--allow-nearest` (`KERNELPACK_ALLOW_NEAREST=1`) only, the nearest version that is
-   available, with one warning line.
+3. with `--allow-nearest` (`KERNELPACK_ALLOW_NEAREST=1`) only, the nearest version at hand
+   (installed, cached, or in the mirror; never fetched from the internet), with one warning
+   line.
 
 Otherwise a one-line error says what to set. The override variable
 (`KERNELPACK_CUTLASS_4_0_DIR`) and `[tool.kernelpack.deps]` come before all of this
@@ -227,8 +228,10 @@ def _same_minor(found: Version | None, wanted: Version) -> bool:
 
 
 def _nearest(wanted: Version, sources: Sources, installed: Headers | None) -> Headers | None:
-    """The available release nearest to `wanted` (same major first, then the nearest minor,
-    then patch; a newer one before an older one at equal distance)."""
+    """The release nearest to `wanted` (same major first, then the nearest minor, then
+    patch; a newer one before an older one at equal distance) among those at hand: the
+    installed wheel, the cache's entries and the mirror's files. Nothing is looked for on
+    the internet: on a machine without it, each attempt could wait for a timeout."""
     offers: dict[Version, Headers | None] = {v: None for v in sources.versions() if v != wanted}
     if installed is not None and installed.version is not None:
         offers[installed.version] = installed
@@ -237,6 +240,8 @@ def _nearest(wanted: Version, sources: Sources, installed: Headers | None) -> He
         if found is not None:
             return found
         for archive in sources.archives(version):
+            if sources.mirror is None and not sources.cache.has(archive):
+                continue
             try:
                 return _unpacked(archive, sources)
             except DownloadError:

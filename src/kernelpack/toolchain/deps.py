@@ -104,7 +104,7 @@ def resolve(
     target = settings.deps.get(name)
     if target is not None:
         return _from_setting(name, target, settings, root)
-    if name == "cutlass" or re.fullmatch(r"cutlass_\d+_\d+", name):
+    if name == "cutlass":
         return _cutlass()
     if name in PINNED_DEPS:
         found = cutlass.pinned(

@@ -148,8 +148,10 @@ def test_a_project_deps_entry_wins(tmp_path: Path) -> None:
 
 
 def test_an_unavailable_release_is_one_line_saying_what_to_set(tmp_path: Path) -> None:
+    (tmp_path / "mirror").mkdir()
+    environment = _environment(tmp_path, KERNELPACK_DEPS_MIRROR=str(tmp_path / "mirror"))
     with pytest.raises(UsageError) as excinfo:
-        _resolve("cutlass_4_5", _environment(tmp_path))
+        _resolve("cutlass_4_5", environment, sources={Version("4.5.2"): "0" * 64})
     message = str(excinfo.value)
     assert "\n" not in message
     assert excinfo.value.exit_code == 2
@@ -158,6 +160,15 @@ def test_an_unavailable_release_is_one_line_saying_what_to_set(tmp_path: Path) -
     assert "cutlass-4.5.2.tar.gz" in message
     assert "KERNELPACK_CUTLASS_4_5_DIR" in message
     assert "--allow-nearest" in message
+
+
+def test_a_release_without_a_digest_needs_the_override_variable(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as excinfo:
+        _resolve("cutlass_4_5", _environment(tmp_path))
+    message = str(excinfo.value)
+    assert "kernelpack has no sha256 of its archive" in message
+    assert "KERNELPACK_DEPS_MIRROR" not in message
+    assert "KERNELPACK_CUTLASS_4_5_DIR" in message
 
 
 def test_a_mirror_without_the_archive_names_where_it_looked(tmp_path: Path) -> None:

@@ -214,10 +214,10 @@ def pinned(
                 f"using CUTLASS {nearest.version} ({nearest.origin}) instead (--allow-nearest)"
             )
             return nearest
-    mirror = source_archive(wanted, "").filename
+    files = " or ".join(archive.filename for archive in sources.archives(wanted))
+    mirror = f"KERNELPACK_DEPS_MIRROR to a folder or URL holding {files}, or " if files else ""
     raise UsageError(
-        f"dependency {name!r}: CUTLASS {wanted} is not available here ({why}); set "
-        f"KERNELPACK_DEPS_MIRROR to a folder or URL holding {mirror}, or "
+        f"dependency {name!r}: CUTLASS {wanted} is not available here ({why}); set {mirror}"
         f"KERNELPACK_{name.upper()}_DIR to a CUTLASS {wanted} checkout, or pass "
         "--allow-nearest (KERNELPACK_ALLOW_NEAREST=1)"
     )

@@ -17,7 +17,9 @@ from kernelpack_runtime.errors import (
 )
 
 __all__ = [
+    "ArchiveError",
     "BuildError",
+    "DownloadError",
     "Interrupted",
     "KernelUnavailableError",
     "KernelpackError",
@@ -121,6 +123,15 @@ class BuildError(KernelpackError):
     """A compile, link or packaging step failed (exit code 1)."""
 
     exit_code = 1
+
+
+class ArchiveError(UsageError):
+    """A dependency's archive kernelpack refuses to unpack: its sha256 is not the one
+    kernelpack's table holds, or a member would land outside its folder (exit code 2)."""
+
+
+class DownloadError(UsageError):
+    """A dependency's archive could not be read from where it was looked for (exit code 2)."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -44,13 +44,14 @@ def fake_cutlass_wheel(site: Path) -> Path:
     return source
 
 
-def test_cutlass_is_built_in() -> None:
-    assert deps.known_deps(None) == frozenset({"cutlass"})
+def test_cutlass_and_the_pinned_releases_are_built_in() -> None:
+    assert deps.known_deps(None) == frozenset({"cutlass", *deps.PINNED_DEPS})
+    assert {"cutlass_2_10", "cutlass_3_9", "cutlass_4_0", "cutlass_4_5"} <= deps.known_deps(None)
 
 
 def test_project_deps_are_known(tmp_path: Path) -> None:
     settings = Settings(deps={"mylib": "third_party/mylib"})
-    assert deps.known_deps(settings) == frozenset({"cutlass", "mylib"})
+    assert deps.known_deps(settings) == frozenset({"cutlass", "mylib", *deps.PINNED_DEPS})
 
 
 def test_env_var_name() -> None:

@@ -1,9 +1,10 @@
 """`kernelpack build [PATH] [--wheel-dir DIR | --inplace] [--kernels a,b] [--require] [-j N]
-[-v | -q]`."""
+[--allow-nearest] [-v | -q]`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from kernelpack.errors import UsageError
 from kernelpack.plan import parse_kernels
 from kernelpack.project.locate import PATH_HELP, locate
+from kernelpack.toolchain.deps import ALLOW_NEAREST_HELP, allowing_nearest
 
 __all__ = ["register"]
 
@@ -42,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "-j", "--jobs", type=int, metavar="N", help="parallel jobs (default: cores and memory)"
     )
+    parser.add_argument("--allow-nearest", action="store_true", help=ALLOW_NEAREST_HELP)
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument(
         "-v", "--verbose", action="store_true", help="print each command as ninja runs it"
@@ -70,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         kernels=kernels,
         require=args.require,
         jobs=args.jobs,
+        environ=allowing_nearest(os.environ) if args.allow_nearest else None,
         stream=sys.stderr,
         output=output,
         announce=partial(report.settings_line, verbose=output == "verbose"),

@@ -1,4 +1,4 @@
-"""`kernelpack doctor [PATH] [--json]`: the toolchain, and a package's build plan.
+"""`kernelpack doctor [PATH] [--json] [--allow-nearest]`: the toolchain, and a package's plan.
 
 Prints what `kernelpack.toolchain.detection.detect()` found (nvcc, CUDA_HOME, torch and its CUDA and
 ABI, the nvidia wheel headers, the compiler launcher, the job budget) and, when PATH names a
@@ -31,6 +31,7 @@ from kernelpack.cli import _render
 from kernelpack.errors import ManifestError, PlanError, UsageError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project.locate import PATH_HELP, Project, locate
+from kernelpack.toolchain.deps import ALLOW_NEAREST_HELP, allowing_nearest
 from kernelpack.toolchain.detection import Toolchain, detect
 
 __all__ = ["Report", "register", "run", "to_json"]
@@ -46,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("path", nargs="?", type=Path, metavar="PATH", help=PATH_HELP)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--allow-nearest", action="store_true", help=ALLOW_NEAREST_HELP)
     parser.set_defaults(func=run)
 
 
@@ -62,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if project.found:
             print(f"kernelpack doctor: using {project.found}", file=sys.stderr)
-        plan = plan_project(project, strict=False)
+        environ = allowing_nearest(os.environ) if args.allow_nearest else None
+        plan = plan_project(project, environ, strict=False)
         toolchain, report = plan.toolchain, Report(project, plan)
     if args.json:
         print(json.dumps(to_json(toolchain, report), indent=2))

@@ -255,7 +255,8 @@ class KernelSpec:
             "depends",
             "list of names",
             "`[]`",
-            "`cutlass` (from the `nvidia-cutlass` wheel or `KERNELPACK_CUTLASS_DIR`) or a name "
+            "`cutlass` (the installed `nvidia-cutlass` wheel or `KERNELPACK_CUTLASS_DIR`), "
+            "`cutlass_X_Y` (CUTLASS X.Y exactly, e.g. `cutlass_4_0`: docs/build.md) or a name "
             "from `[tool.kernelpack.deps]`",
             _strings(),
         ),

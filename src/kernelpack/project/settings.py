@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
+from kernelpack.project import dependencies
 from kernelpack.project._shell import pattern, unsafe
 from kernelpack.project._toml import (
     ARCH_SCHEMA,
@@ -41,15 +42,11 @@ from kernelpack.project._toml import (
 from kernelpack_runtime.arch import Arch
 
 __all__ = [
-    "BUILTIN_DEPS",
     "SETTINGS_KEYS",
     "SETTINGS_KEY_DECLARATIONS",
     "ReleaseSettings",
     "Settings",
 ]
-
-#: Built-in `depends` names -> the Python package (wheel) that ships their headers.
-BUILTIN_DEPS: Mapping[str, str] = {"cutlass": "cutlass_library"}
 
 _TABLE = "tool.kernelpack"
 _ENV_PREFIX = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -184,8 +181,9 @@ class Settings:
 
     @property
     def dep_names(self) -> frozenset[str]:
-        """Every name `depends` may hold: the built-ins and `[tool.kernelpack.deps]`."""
-        return frozenset(BUILTIN_DEPS).union(self.deps)
+        """Every name `depends` may hold: the built-ins (`cutlass`, the pinned `cutlass_X_Y`)
+        and `[tool.kernelpack.deps]`."""
+        return frozenset(dependencies.known_names(self.deps))
 
     @classmethod
     def from_pyproject(

@@ -210,6 +210,18 @@ def _dirs(found: _Found) -> tuple[tuple[str, Path], ...]:
     return tuple((name, Path(value)) for name, value in found)
 
 
+def _mirror(found: _Found) -> str | None:
+    value = _text(found)
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if sep and (scheme.lower() not in ("http", "https", "file") or not rest):
+        raise UsageError(
+            f"{found[0][0]}={value}: expected a folder or an http(s):// or file:// URL"
+        )
+    return value
+
+
 def _farm(found: _Found) -> Farm | None:
     # All three variables set, each once: the farm parses them together.
     return Farm.from_environ(dict(found))
@@ -384,6 +396,27 @@ class BuildEnvironment:
         (),
     )
     """(`KERNELPACK_<NAME>_DIR`, its folder) of each set (`dep_variable` names a dependency's)."""
+    deps_mirror: str | None = _var(
+        EnvVar(
+            ("KERNELPACK_DEPS_MIRROR",),
+            "a folder or http(s) URL holding the archives of pinned dependencies "
+            "(`cutlass-4.0.0.tar.gz`, `nvidia_cutlass-3.8.0.0-py3-none-any.whl`), looked up "
+            "instead of GitHub and PyPI; each is checked against kernelpack's sha256 table",
+        ),
+        _mirror,
+    )
+    """As set: a folder, or an `http://`, `https://` or `file://` URL."""
+    allow_nearest: bool = _var(
+        EnvVar(
+            ("KERNELPACK_ALLOW_NEAREST",),
+            "a pinned dependency (`cutlass_4_0`) that is not available here may use the "
+            "nearest available version, with a warning (`--allow-nearest`)",
+            example="1",
+            replayed=True,
+        ),
+        _switch,
+        False,
+    )
     prefix: str = ""
     """The package's env prefix the variables were read with (`<PREFIX>`)."""
     inherited: Mapping[str, str] = field(

@@ -39,6 +39,7 @@ from kernelpack.project.buildtoml import capabilities
 from kernelpack.project.buildtoml._tables import one_of
 from kernelpack.project.buildtoml.generated import ops_py, registration_h
 from kernelpack.project.buildtoml.model import Kernel, Noarch, Project, Torch
+from kernelpack.project.dependencies import KERNEL_BUILDER_DEPS, OTHER_BACKEND_DEPS
 from kernelpack.project.manifest import KernelSpec, Manifest, Part
 from kernelpack.project.settings import Settings
 from kernelpack_runtime.arch import Arch, InvalidArch
@@ -59,16 +60,11 @@ KERNEL = "_ops"
 CPU_KERNEL = "_ops_cpu"
 
 #: kernel-builder `depends` names of CUDA and CPU kernels -> kernelpack's dependency name
-#: (None: nothing to add, torch's headers are always there). `cutlass_X_Y` is CUTLASS X.Y.
+#: (None: nothing to add, torch's headers are always there). `cutlass_X_Y` is CUTLASS X.Y,
+#: passed on as it is (`kernelpack.project.dependencies` owns the names and releases).
 DEPENDS: Mapping[str, str | None] = {
-    "torch": None,
-    **{
-        f"cutlass_{v}": f"cutlass_{v}"
-        for v in ("2_10", "3_5", "3_6", "3_8", "3_9", "4_0", "4_4", "4_5")
-    },
+    name: None if name == "torch" else name for name in sorted(KERNEL_BUILDER_DEPS)
 }
-# Names kernel-builder knows for the backends kernelpack does not build: valid there, unused.
-_OTHER_BACKEND_DEPENDS = frozenset({"sycl_tla", "metal-cpp"})
 
 #: kernel-builder's Python dependency names -> the distribution a wheel requires, for every
 #: backend and for the CUDA build (its `python_dependencies.json`).
@@ -318,7 +314,7 @@ class _Translation:
             if dep in self.settings.deps:
                 names.append(dep)
                 continue
-            if dep in _OTHER_BACKEND_DEPENDS:
+            if dep in OTHER_BACKEND_DEPS:
                 raise table.error(
                     "depends",
                     f'"{dep}" is a dependency of another backend than {kernel.backend.upper()}',

@@ -239,8 +239,8 @@ def build_project(
     """Build a copy of the project into a wheel (and the Hub export when its tests need it)."""
     libraries = entry.get("libraries", [])
     env = {**env, "TORCH_CUDA_ARCH_LIST": args.arch}
-    if args.backend == "cpu":
-        if not entry.get("noarch") and buildtoml.CPU_KERNEL not in libraries:
+    if args.backend == "cpu" and not entry.get("noarch"):
+        if buildtoml.CPU_KERNEL not in libraries:
             return {"status": "not-run", "reason": "no CPU kernel (CUDA build: GPU machine)"}
         env["KERNELPACK_KERNELS"] = buildtoml.CPU_KERNEL
     elif not entry.get("noarch") and not {buildtoml.KERNEL, buildtoml.CPU_KERNEL} & set(libraries):

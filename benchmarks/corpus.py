@@ -3,7 +3,7 @@
     python benchmarks/corpus.py CHECKOUT [--build] [--test] [--only a,b] [--skip a,b]
         [--arch 9.0] [--backend cuda|cpu] [--jobs N] [--timeout S] [--work DIR]
         [--site DIR ...] [--python PY] [--out FILE]
-    python benchmarks/corpus.py --markdown FILE.json [FILE.json ...] [--md-out FILE]
+    python benchmarks/corpus.py --markdown FILE.json [FILE.json ...] [--into DOC]
 
 For every folder of CHECKOUT holding a `build.toml` (sorted by name):
 
@@ -27,8 +27,9 @@ The JSON (`--out`, default `benchmarks/results/corpus-<machine>.json`) is rewrit
 project and merged with what it already holds, so runs in bounded steps (the heavy projects
 in steps of their own) add up, and a killed run keeps what it had. A Markdown table goes
 beside it (`.md`); `--markdown` prints one table from several result files (a CPU run and a
-GPU run side by side), for docs/migrating.md. The machine is described without its name: CPU
-count, memory, GPU and driver, Python, torch, nvcc.
+GPU run side by side) and, with `--into docs/migrating.md`, puts it between that page's
+`<!-- corpus table … -->` and `<!-- end corpus table -->` lines. The machine is described
+without its name: CPU count, memory, GPU and driver, Python, torch, nvcc.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from kernelpack.project.locate import locate  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 _GET_KERNEL = re.compile(r"get_(?:local_)?kernel\(\s*[\"']([\w.-]+/[\w.-]+)[\"']")
 _TAIL = 4000
+_BEGIN, _END = "<!-- corpus table", "<!-- end corpus table -->"
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -253,6 +255,7 @@ def build_project(
     argv += ["-v", "-j", str(args.jobs)]
     code, seconds = _run(argv, cwd=copy, env=env, log=log, timeout=args.timeout)
     result: dict[str, Any] = {"seconds": seconds, "plan": _plan_line(log), "log": str(log)}
+    result.update(arch=args.arch, backend=args.backend, jobs=args.jobs)
     wheels = sorted(dist.glob("*.whl"))
     if code != 0 or not wheels:
         result["status"] = "timeout" if code is None else "failed"
@@ -515,6 +518,18 @@ def describe(machine: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def replace_table(doc: Path, table: str) -> None:
+    """Put `table` between DOC's `<!-- corpus table` line and `<!-- end corpus table -->`."""
+    lines = doc.read_text().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith(_BEGIN)), None)
+    end = next((i for i, line in enumerate(lines) if line.startswith(_END)), None)
+    if start is None or end is None or end < start:
+        raise SystemExit(f"corpus: {doc} has no '{_BEGIN} …' … '{_END}' lines")
+    while not lines[start].rstrip().endswith("-->"):
+        start += 1  # the opening comment may run over several lines
+    doc.write_text("".join([*lines[: start + 1], table, *lines[end:]]))
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -547,13 +562,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the tests' interpreter")
     parser.add_argument("--out", type=Path, help="the JSON (default corpus-<machine>.json)")
     parser.add_argument("--markdown", type=Path, nargs="+", metavar="JSON")
-    parser.add_argument("--md-out", type=Path, help="with --markdown: write here")
+    parser.add_argument(
+        "--into", type=Path, metavar="DOC", help="with --markdown: replace the table in DOC"
+    )
     args = parser.parse_args(argv)
     args.build = args.build or args.test  # the tests run against this run's build
     if args.markdown:
         text = markdown([load(p) for p in args.markdown], [_label(p) for p in args.markdown])
-        if args.md_out:
-            args.md_out.write_text(text)
+        if args.into:
+            replace_table(args.into, text)
         print(text, end="")
         return 0
     if args.checkout is None or not args.checkout.is_dir():

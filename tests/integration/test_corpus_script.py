@@ -155,6 +155,13 @@ def test_a_later_step_adds_to_the_results_and_markdown_joins_runs(
     assert sorted(json.loads(out.read_text())["projects"]) == ["beta", "gamma"]
     other = tmp_path / "corpus-there.json"
     other.write_text(out.read_text())
-    table = _corpus("--markdown", str(out), str(other)).stdout
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "intro\n<!-- corpus table: made\nby corpus.py -->\nold\n<!-- end corpus table -->\n"
+    )
+    table = _corpus("--markdown", str(out), str(other), "--into", str(doc)).stdout
     assert "build (here)" in table and "build (there)" in table
     assert table.count("| beta |") == 1
+    text = doc.read_text()
+    assert text.startswith("intro\n<!-- corpus table: made\nby corpus.py -->\n- here:")
+    assert "old" not in text and text.endswith(table + "<!-- end corpus table -->\n")

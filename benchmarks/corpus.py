@@ -19,9 +19,10 @@ For every folder of CHECKOUT holding a `build.toml` (sorted by name):
 - `--test`: the project's own `tests/` run with pytest (`--python`, default this interpreter),
   as they expect to be run: the wheel installed into a folder of its own on `PYTHONPATH`
   (`import <name>`), the Hub export named by `LOCAL_KERNELS` for every `get_kernel` repo id
-  of the project (`kernels-community/<name>`, `[general.hub] repo-id`). `--site DIR` adds
-  folders of carried packages (kernels, pytest, einops, …) to `PYTHONPATH`: nothing is
-  downloaded. Passed/failed/skipped come from pytest's JUnit XML.
+  of the project (`kernels-community/<name>`, `[general.hub] repo-id`). `--site DIR` adds a
+  folder of carried packages (kernels, pytest, einops, kernelpack's own dependencies, …) to
+  `PYTHONPATH` of every step: nothing is downloaded. Passed/failed/skipped come from
+  pytest's JUnit XML.
 
 The JSON (`--out`, default `benchmarks/results/corpus-<machine>.json`) is rewritten after each
 project and merged with what it already holds, so runs in bounded steps (the heavy projects
@@ -344,8 +345,7 @@ def run_tests(
     site.mkdir(parents=True)
     with zipfile.ZipFile(args.work / "dist" / folder.name / built["wheel"]) as wheel:
         wheel.extractall(site)  # a wheel's purelib/platlib root is the archive root
-    paths = [str(site), *(str(Path(s).absolute()) for s in args.site)]
-    env = {**env, "PYTHONPATH": os.pathsep.join([*paths, env.get("PYTHONPATH", "")])}
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(site), env["PYTHONPATH"]])}
     env["HF_HUB_OFFLINE"] = "1"
     hub = built.get("hub") or {}
     mode = "import"
@@ -579,8 +579,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or RESULTS / f"corpus-{machine_label(machine)}.json"
     args.work = (args.work or Path(tempfile.mkdtemp(prefix="kernelpack-corpus-"))).absolute()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELPACK_", "LOCAL_"))}
+    sites = [str(Path(s).absolute()) for s in args.site]
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
+        p for p in (str(ROOT / "src"), *sites, env.get("PYTHONPATH", "")) if p
     )
     results = load(out)
     results["machine"] = machine

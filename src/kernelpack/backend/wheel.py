@@ -4,7 +4,8 @@ The version is the project's plus the plan's ABI tag (`0.3.0+cu130torch2.14.1`),
 in the file name and in METADATA. The tag fits the ABI and the libraries
 (`kernelpack.backend.tags`): `cp311-cp311-manylinux_2_28_x86_64` when any kernel uses the
 classic ABI, `cp310-abi3-manylinux_2_28_x86_64` when all are stable (the abi3 floor is the
-project's `requires-python` minimum). Sources (`csrc/`, `.cu`, headers) never ship, nor does
+project's `requires-python` minimum). Sources (`csrc/`, `.cu`, headers) never ship (a
+`build.toml` project ships the files of its `pyext` extensions, as kernel-builder does), nor does
 anything outside the package folder (`kernelpack.backend._tree`) except the license files,
 which go to `.dist-info/licenses/` (PEP 639). `wheel.wheelfile.WheelFile` writes the RECORD
 (with `SOURCE_DATE_EPOCH` as every member's time, when set).
@@ -45,6 +46,7 @@ from kernelpack.backend.tags import platform_tag, provisional_platform, wheel_ta
 from kernelpack.builder.outputs import BuildResult
 from kernelpack.errors import BuildError
 from kernelpack.plan import BuildPlan
+from kernelpack.project import buildtoml
 from kernelpack.project.filekinds import BUILD_OUTPUT_SUFFIXES, CACHE_DIRS, NATIVE_DIRS, is_native
 from kernelpack.project.locate import Project
 from kernelpack.syntax import pth
@@ -135,21 +137,30 @@ def write_dist_info(project: Project, plan: BuildPlan, directory: Path, tag: Tag
     return name
 
 
-def package_files(project: Project) -> Iterator[tuple[Path, str]]:
+def package_files(project: Project, *, every_file: bool = False) -> Iterator[tuple[Path, str]]:
     """(file, archive name) for the package's Python surface: no sources, no libraries,
     no build record (the wheel gets the freshly built ones), no temporary files. A symlink
-    leading out of the package is a `UsageError`."""
+    leading out of the package is a `UsageError`.
+
+    A `build.toml` project ships what kernel-builder ships: the files of its `pyext`
+    extensions (`py` and `pyi` always, then the listed data files: `json`, `hpp`, …), native
+    ones included when listed. With `every_file`, every file but build outputs: what
+    kernel-builder copies into a `[torch-noarch]` project's Hub variant.
+    """
     package_dir = project.package_dir
+    suffixes: frozenset[str] | None = None
+    if project.manifest_path.name == buildtoml.BUILD_TOML and not every_file:
+        suffixes = frozenset(f".{ext}" for ext in buildtoml.read(project.manifest_path).pyext)
 
     def skip_dir(rel: Path) -> bool:
         return rel.name in _SKIP_DIRS
 
     def skip_file(rel: Path) -> bool:
-        return (
-            is_native(rel)
-            or rel.suffix in BUILD_OUTPUT_SUFFIXES
-            or rel.as_posix() == RECORD_FILENAME
-        )
+        if rel.suffix in BUILD_OUTPUT_SUFFIXES or rel.as_posix() == RECORD_FILENAME:
+            return True
+        if every_file:
+            return False
+        return rel.suffix not in suffixes if suffixes is not None else is_native(rel)
 
     for file, rel in tree_files(package_dir, skip_dir=skip_dir, skip_file=skip_file):
         yield file, f"{project.package}/{rel.as_posix()}"

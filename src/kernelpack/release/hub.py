@@ -6,18 +6,23 @@ Hugging Face's loader (the `kernels` package: `get_kernel`, `get_local_kernel`,
 with every op namespace (and a `build.toml` project's library module) set to that id, so two
 versions of a kernel load side by side in one process, and the variant folder gets:
 
-- the package's Python files (as the wheel ships them) and the generated ones: a
-  self-contained `_ops.py` for a `build.toml` project, the stand-ins of skipped kernels;
+- the package's Python files (as the wheel ships them; every file of a `[torch-noarch]`
+  package, as kernel-builder copies it) and the generated ones: a self-contained `_ops.py` for
+  a `build.toml` project, the stand-ins of skipped kernels;
 - the libraries and the build record (`_kernelpack.json`, with each library's digest);
-- the compat subfolder `<python name>/__init__.py`, the same module under its Python name;
-- `metadata.json`: id, name, version, license, `python-depends`, backend with its archs,
+- the compat subfolder `<python name>/__init__.py`, the same module under its Python name,
+  unless the package has a module or subpackage of that name (einops' `einops.py`), which the
+  folder would shadow; `kernels` loads the variant's own `__init__.py` first;
+- `metadata.json`: id, name, version, license, `python-depends` (kernel-builder's names, the
+  backend's own included, which `kernels` checks are importable), backend with its archs,
   the SHA-256 of every file (as `kernels`' own `Digest.hash_variant` computes them) and
   provenance (the builder, the kernel source's git commit when known).
 
 Variant names are the ones `kernels` parses: `torch-stable-abi<MAJ><MIN>-<cu<XYZ>|cpu>-<arch>-
 linux` for an all-stable build, `torch<XY>-cxx11-<cu<XYZ>|cpu>-<arch>-linux` otherwise (also
 for a stable build whose torch bounds exclude torch versions the stable name would claim), and
-`torch-cuda`/`torch-cpu` for a `[torch-noarch]` kernel-builder project.
+`torch-<backend>` for each backend a `[torch-noarch]` kernel-builder project lists (`torch-cpu`,
+`torch-cuda`, `torch-metal`, …: Python only, so every one is written here).
 
 Each variant is written into a temporary folder inside OUT and renamed into place: an
 interrupted export leaves no half variant. OUT must be new, empty or an earlier export.
@@ -46,6 +51,7 @@ from kernelpack.errors import UsageError
 from kernelpack.plan import BuildPlan, KernelPlan, plan_project
 from kernelpack.project import buildtoml
 from kernelpack.project._toml import display_path
+from kernelpack.project.buildtoml.model import Noarch
 from kernelpack.project.locate import Project
 from kernelpack.project.manifest import Manifest
 from kernelpack_runtime.record import FILENAME as RECORD_FILENAME
@@ -196,7 +202,7 @@ def _variant_name(plan: BuildPlan, kernels: tuple[KernelPlan, ...], backend: str
 
 def _noarch_variants(project: Project) -> list[Variant]:
     backends = buildtoml.read(project.manifest_path).backends
-    return [Variant(f"torch-{b}", b, ()) for b in ("cuda", "cpu") if b in backends]
+    return [Variant(f"torch-{b}", b, ()) for b in sorted(backends)]
 
 
 def _export_variant(
@@ -209,11 +215,6 @@ def _export_variant(
     stream: TextIO | None,
 ) -> Path:
     kernel_id = _kernel_id(project, plan, variant)
-    if (project.package_dir / project.package).exists():
-        raise UsageError(
-            f"{display_path(project.package_dir / project.package)}: a kernel or module of the "
-            "package's own name would clash with the Hub's compat folder; rename it"
-        )
     variant_plan = _variant_plan(plan, variant, kernel_id)
     result = None
     if variant.kernels:
@@ -291,7 +292,7 @@ def _fill(
 ) -> None:
     package_dir = project.package_dir
     prefix = f"{project.package}/"
-    for file, name in package_files(project):
+    for file, name in package_files(project, every_file=not variant.kernels):
         rel = name.removeprefix(prefix)
         if file.suffix == ".py" and file.read_bytes().startswith(STUB_HEADER.encode()):
             continue  # a stand-in left by an in-place build; the export writes its own
@@ -305,9 +306,16 @@ def _fill(
     else:
         for rel, text in plan.manifest.generated.items():
             _write(folder / rel, text)
-    _write(folder / project.package / "__init__.py", _compat(kernel_id))
+    if not _has_own_module(package_dir, project.package):
+        _write(folder / project.package / "__init__.py", _compat(kernel_id))
     metadata = _metadata(project, variant, kernel_id, folder)
     _write(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
+
+
+def _has_own_module(package_dir: Path, name: str) -> bool:
+    """Whether the package has a module or subpackage named `name` (`einops/einops.py`): a
+    compat folder of that name would shadow it for the package's own `from .einops import`."""
+    return (package_dir / name).exists() or (package_dir / f"{name}.py").exists()
 
 
 def _compat(kernel_id: str) -> str:
@@ -335,7 +343,18 @@ globals().update({{k: v for k, v in vars(_module).items() if not k.startswith("_
 def _metadata(project: Project, variant: Variant, kernel_id: str, folder: Path) -> dict[str, Any]:
     archs = sorted({str(a) for k in variant.kernels for a in k.archs})
     backend: dict[str, Any] = {"type": variant.backend}
-    if variant.backend == "cuda":
+    python_depends: list[str] = []
+    if project.manifest_path.name == buildtoml.BUILD_TOML:
+        facts = buildtoml.read(project.manifest_path)
+        python_depends = list(facts.python_depends)
+        if variant.backend == "cuda":
+            python_depends += [d for d in facts.cuda_python_depends if d not in python_depends]
+        if isinstance(facts.framework, Noarch):
+            # kernel-builder writes a noarch project's declared archs (none: any device).
+            noarch = facts.framework
+            declared = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}
+            archs = list(declared.get(variant.backend) or ())
+    if variant.backend == "cuda" or archs:
         backend["archs"] = archs
     license_ = project.metadata.get("license")
     provenance: dict[str, Any] = {"kernel-builder": {"version": f"kernelpack {__version__}"}}
@@ -347,7 +366,7 @@ def _metadata(project: Project, variant: Variant, kernel_id: str, folder: Path) 
         "name": hub_name(project),
         "version": _major(project.version),
         "license": license_ if isinstance(license_, str) else "NOASSERTION",
-        "python-depends": [],
+        "python-depends": python_depends,
         "backend": backend,
         "digest": {"algorithm": "sha256", "files": variant_digest(folder)},
         "provenance": provenance,

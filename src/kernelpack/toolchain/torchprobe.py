@@ -63,11 +63,16 @@ except BaseException as exc:
 if "torch" in facts:
     try:
         import torch.utils.cpp_extension as ce
+        # A CPU-only torch has no CUDA side to ask about (its helpers then want CUDA_HOME).
+        if torch.version.cuda:
+            device, Extension = "cuda", ce.CUDAExtension
+        else:
+            device, Extension = "cpu", ce.CppExtension
         facts["extension"] = {{
-            "include_dirs": ce.include_paths(device_type="cuda"),
-            "library_dirs": [d for d in ce.library_paths(device_type="cuda") if os.path.isdir(d)],
-            "libraries": ce.CUDAExtension("_C", []).libraries,
-            "stable_libraries": ce.CUDAExtension("_C", [], py_limited_api=True).libraries,
+            "include_dirs": ce.include_paths(device_type=device),
+            "library_dirs": [d for d in ce.library_paths(device_type=device) if os.path.isdir(d)],
+            "libraries": Extension("_C", []).libraries,
+            "stable_libraries": Extension("_C", [], py_limited_api=True).libraries,
             "nvcc_flags": list(ce.COMMON_NVCC_FLAGS),
             "libstdcxx": next(
                 (line.split(None, 5)[5].strip() for line in open("/proc/self/maps")

@@ -48,7 +48,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 _GET_KERNEL = re.compile(r"get_(?:local_)?kernel\(\s*[\"']([\w.-]+/[\w.-]+)[\"']")
 _TAIL = 4000
 _BEGIN, _END = "<!-- corpus table", "<!-- end corpus table -->"
+_DEP_DIR = re.compile(r"KERNELPACK_[A-Z0-9_]+_DIR")
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -533,17 +534,31 @@ def replace_table(doc: Path, table: str) -> None:
 # -- main ---------------------------------------------------------------------------------------
 
 
-def _names(value: str | None) -> set[str]:
-    return {n.strip() for n in (value or "").split(",") if n.strip()}
+def _names(value: str | None) -> list[str]:
+    return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
-def projects(checkout: Path, only: Iterable[str], skip: Iterable[str]) -> list[Path]:
-    only, skip = set(only), set(skip)
-    found = sorted(p.parent for p in checkout.glob(f"*/{buildtoml.BUILD_TOML}"))
-    unknown = only - {p.name for p in found}
+def projects(checkout: Path, only: Sequence[str], skip: Iterable[str]) -> list[Path]:
+    """The checkout's projects: every one sorted by name, or those of `only` in its order
+    (the heavy ones last in a bounded run), less `skip`."""
+    skip = set(skip)
+    found = {p.parent.name: p.parent for p in checkout.glob(f"*/{buildtoml.BUILD_TOML}")}
+    unknown = set(only) - set(found)
     if unknown:
         raise SystemExit(f"corpus: no build.toml project named {', '.join(sorted(unknown))}")
-    return [p for p in found if (not only or p.name in only) and p.name not in skip]
+    names = list(dict.fromkeys(only)) if only else sorted(found)
+    return [found[name] for name in names if name not in skip]
+
+
+def _environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The steps' environment: this one without kernelpack's and the Hub loader's settings
+    (each step sets its own), except the dependency folders (`KERNELPACK_<NAME>_DIR`, e.g.
+    a pinned CUTLASS release's headers on a machine without network), which are inputs."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith(("KERNELPACK_", "LOCAL_")) or _DEP_DIR.fullmatch(k)
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -578,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = describe_machine(args.python)
     out = args.out or RESULTS / f"corpus-{machine_label(machine)}.json"
     args.work = (args.work or Path(tempfile.mkdtemp(prefix="kernelpack-corpus-"))).absolute()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELPACK_", "LOCAL_"))}
+    env = _environment(os.environ)
     sites = [str(Path(s).absolute()) for s in args.site]
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT / "src"), *sites, env.get("PYTHONPATH", "")) if p

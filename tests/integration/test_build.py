@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from builds import BuiltPackage, build_env, copy_built, copy_package
 from elftools.elf.elffile import ELFFile
+from signals import with_default_signals
 
 from kernelpack.builder import engine, install
 from kernelpack.builder.flags import KernelFlags, kernel_flags
@@ -503,7 +504,9 @@ def test_ctrl_c_leaves_nothing_half_written(tree: Path, ccache_dir: Path) -> Non
     # A value no other test compiles: a real compile, never a cache hit that ends before Ctrl-C.
     header.write_text(header.read_text().replace("256", str(random.randrange(10_000, 99_999))))
     proc = subprocess.Popen(
-        [Path(sys.executable).parent / "kernelpack", "build", tree, "--inplace"],
+        with_default_signals(
+            [Path(sys.executable).parent / "kernelpack", "build", tree, "--inplace"]
+        ),
         env=build_env(ccache_dir),
         stderr=subprocess.PIPE,
         text=True,

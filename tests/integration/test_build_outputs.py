@@ -286,7 +286,7 @@ def test_native_arch_without_a_gpu_is_one_line_exit_2(
 # --- the launcher line and the cache statistics ---------------------------------------------
 
 
-def test_first_line_names_the_launcher_and_the_cache_line_counts_this_builds_compiles(
+def test_first_lines_name_the_toolkit_and_launcher_and_the_cache_line_counts_compiles(
     tree: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ccache = shutil.which("ccache")
@@ -302,7 +302,9 @@ def test_first_line_names_the_launcher_and_the_cache_line_counts_this_builds_com
     (tree / "build" / "kernelpack" / ".ninja_log").unlink()
     assert main(["build", str(tree), "--inplace"]) == 0
     lines = capfd.readouterr().err.splitlines()
-    assert lines[0] == (
+    # The toolkit first, then the launcher.
+    assert lines[0].startswith("kernelpack: CUDA toolkit ")
+    assert lines[1] == (
         f"kernelpack: launcher ccache ({ccache}): "
         "ccache is on PATH and no remote sccache backend or farm is configured"
     )
@@ -326,7 +328,8 @@ def test_sccache_statistics_count_compile_commands_not_nvcc_phases(
     monkeypatch.setenv("KPDEMO_KERNELS", "scale")  # one nvcc compile and one cc compile
     assert main(["build", str(tree), "--inplace"]) == 0
     lines = capfd.readouterr().err.splitlines()
-    assert lines[0] == f"kernelpack: launcher sccache ({sccache}): KERNELPACK_LAUNCHER={sccache}"
+    assert lines[0].startswith("kernelpack: CUDA toolkit ")
+    assert lines[1] == f"kernelpack: launcher sccache ({sccache}): KERNELPACK_LAUNCHER={sccache}"
     compiles = len(_compdb(tree))
     assert compiles == 2
     # sccache itself counts the nvcc compile's cudafe++, cicc and ptxas steps too (5 misses)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from builds import BuiltPackage, build_env, copy_built, copy_package
 from elftools.elf.elffile import ELFFile
+from signals import with_default_signals
 
 pytestmark = pytest.mark.integration
 
@@ -118,18 +119,6 @@ def _libraries(root: Path) -> dict[str, bytes]:
     }
 
 
-# Execs its arguments with SIGINT, SIGTERM and SIGHUP at their default dispositions. An
-# ignored signal stays ignored across fork and exec, and no shell can reset one it was
-# started with: a suite run under nohup (or by a CI agent that ignores SIGHUP) would
-# otherwise start a kernelpack that rightly keeps ignoring SIGHUP, as nohup asks.
-_DEFAULT_SIGNALS = (
-    "import os, signal, sys\n"
-    "for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):\n"
-    "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
-    "os.execv(sys.argv[1], sys.argv[1:])\n"
-)
-
-
 def _start(tree: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     """`kernelpack build TREE --inplace` in a session of its own, as a terminal runs it,
     with the stop signals at their defaults whatever this process ignores; its stderr goes
@@ -137,7 +126,7 @@ def _start(tree: Path, env: dict[str, str], *args: str) -> subprocess.Popen[byte
     command = [str(KERNELPACK), "build", str(tree), *(args or ("--inplace",))]
     with _stderr(tree).open("wb") as err:
         return subprocess.Popen(
-            [sys.executable, "-c", _DEFAULT_SIGNALS, *command],
+            with_default_signals(command),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,

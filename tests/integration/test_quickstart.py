@@ -94,11 +94,13 @@ def test_new_writes_the_package_with_its_gitignore_and_pinned_backend(
     assert 'requires = ["kernelpack>=' in (root / "pyproject.toml").read_text()
 
 
-def test_build_names_the_launcher_first_and_links_the_database_for_clangd(
+def test_build_names_the_toolkit_and_launcher_first_and_links_the_database_for_clangd(
     walkthrough: tuple[list[str], Path],
 ) -> None:
     output = _block(walkthrough, "kernelpack build --inplace")
-    assert output.splitlines()[0].startswith(("kernelpack: launcher ", "kernelpack: no compiler"))
+    first, second = output.splitlines()[:2]
+    assert first.startswith("kernelpack: CUDA toolkit ")
+    assert second.startswith(("kernelpack: launcher ", "kernelpack: no compiler"))
     assert "for clangd" in output
     link = walkthrough[1] / "my-ops" / "build" / "compile_commands.json"
     assert os.readlink(link) == "kernelpack/compile_commands.json"

@@ -208,25 +208,18 @@ def _compile(
     run and what the cache did (when nothing compiled: the last compiling build's)."""
     launcher = plan.toolchain.launcher
     build_dir = inputs.build_dir
-    # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
-    threads = max(group.flags.threads for node in inputs.nodes for group in node.groups)
-    per_job = memory.plan(
-        _pool_outputs(inputs.nodes, build_dir),
-        memory.load(build_dir),
-        heavy_estimate=graph.HEAVY_JOB_BYTES,
-        light_estimate=graph.LIGHT_JOB_BYTES,
-    )
-    available = plan.toolchain.memory
-    pools = graph.Pools.for_memory(
-        jobs, available, threads=threads, heavy_bytes=per_job.heavy, light_bytes=per_job.light
+    budget = memory.Budget.for_build(
+        graph.compiles(inputs.nodes, build_dir),
+        memory.collect(build_dir),  # what a killed build left in the log too
+        jobs=jobs,
+        available=plan.toolchain.memory,
     )
     if options.output == "verbose":
-        why = per_job.describe(pools.heavy, pools.light, available)
+        why = budget.describe()
         if not memory.measurable(launcher):
             why += "; sccache runs the compiles in its server: not measured"
-        out = options.stream if options.stream is not None else sys.stderr
-        out.write(f"kernelpack: plan: {jobs} jobs; {why}\n")
-    inputs.write(launcher, pools)
+        _say(options, f"kernelpack: plan: {jobs} jobs; {why}")
+    inputs.write(launcher, budget.pools)
     env = ninja_runner.environment(plan.environment, root=inputs.root, launcher=launcher)
     pending = ninja_runner.pending(build_dir, env)
     work = pending is None or bool(pending)
@@ -240,14 +233,15 @@ def _compile(
         launcher, env, stream=options.stream, active=work, cwd=build_dir
     ) as cache:
         if cache.launcher != launcher:
-            inputs.write(cache.launcher, pools)  # the launcher could not start: compile without it
+            # the launcher could not start: compile without it
+            inputs.write(cache.launcher, budget.pools)
         try:
             try:
                 steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
             except compiler_cache.CacheFailure as failure:
                 # The cache broke, not the code: once more without it.
                 cache.bypass(cache.failed(failure))
-                inputs.write(cache.launcher, pools)
+                inputs.write(cache.launcher, budget.pools)
                 steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
         finally:
             memory.collect(build_dir)
@@ -261,16 +255,6 @@ def _compile(
         return steps, compiler_cache.load(build_dir)
     compiler_cache.save(stats, build_dir)
     return steps, stats
-
-
-def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[str, list[str]]:
-    """The objects of the heavy and the light pool's compiles."""
-    outputs: dict[str, list[str]] = {"heavy": [], "light": []}
-    for node in nodes:
-        for group in node.groups:
-            pool = outputs["heavy" if group.flags.heavy else "light"]
-            pool.extend(node.object_for(source, build_dir) for source in group.sources)
-    return outputs
 
 
 def _run_in(

@@ -1,12 +1,14 @@
 """Each compile's measured peak memory, kept in the build folder, and the job plan made from it.
 
 Every compile of the graph runs behind a small shim (`kernelpack.builder._peak`) that waits
-for it with `wait4` and appends its peak resident memory to `compile-peaks.log`; after the
-build, `collect()` folds the log into `compile-peaks.json` (output -> bytes, the largest
-seen: a cache hit that used little memory never lowers a compile's known peak). The next
-build's pools (`plan()`) budget each job with the largest measured peak of its pool, and
-with the per-kind estimate (`graph.HEAVY_JOB_BYTES` / `graph.LIGHT_JOB_BYTES`) while no
-compile of the pool has been measured.
+for it with `wait4` and appends its peak resident memory to `compile-peaks.log`; `collect()`
+folds the log into `compile-peaks.json` (output -> bytes, the largest seen: a cache hit that
+used little memory never lowers a compile's known peak), before the plan and after the
+build. The plan (`Budget.for_build`) budgets each job with the largest measured peak of its
+pool, and with the per-kind estimate (`graph.HEAVY_JOB_BYTES` / `graph.LIGHT_JOB_BYTES`)
+while no compile of the pool has been measured. A peak is one process's (`wait4` reports
+the largest one below the command): for nvcc, one cicc, so one nvcc thread's memory; a
+compile of N threads needs about N times it (`graph.Pools.for_memory`).
 
 With sccache as the launcher the compiles run inside sccache's server, not below the
 command ninja starts, so there is nothing to measure: no shim, the previous measurements
@@ -22,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpack.builder import _peak
+from kernelpack.builder.graph import HEAVY_JOB_BYTES, LIGHT_JOB_BYTES, Pools
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [
     "LOG_FILE",
     "PEAKS_FILE",
+    "Budget",
     "JobMemory",
     "collect",
     "load",
@@ -42,6 +46,7 @@ PEAKS_FILE = "compile-peaks.json"
 LOG_FILE = "compile-peaks.log"
 
 _GIB = 1024**3
+_POOLS = ("heavy", "light")
 
 
 def shim() -> list[str]:
@@ -70,7 +75,7 @@ def load(build_dir: Path) -> dict[str, int]:
 
 
 def collect(build_dir: Path) -> dict[str, int]:
-    """Fold this build's log into the kept peaks (the largest per output); return them."""
+    """Fold the log into the kept peaks (the largest per output); return them."""
     log = build_dir / LOG_FILE
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
@@ -88,20 +93,16 @@ def collect(build_dir: Path) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class JobMemory:
-    """Memory budgeted per job of each pool, and why."""
+    """Memory budgeted per job (one nvcc thread) of each pool, and why."""
 
     heavy: int
     light: int
     heavy_why: str
     light_why: str
 
-    def describe(self, heavy_slots: int, light_slots: int, available: int | None) -> str:
-        """`heavy 1 x 3.0 GiB (estimate: ...); light 2 x 0.4 GiB (measured ...); 20.1 GiB free`."""
-        free = "free memory unknown" if available is None else f"{available / _GIB:.1f} GiB free"
-        return (
-            f"heavy pool {heavy_slots} x {self.heavy / _GIB:.1f} GiB ({self.heavy_why}); "
-            f"light pool {light_slots} x {self.light / _GIB:.1f} GiB ({self.light_why}); {free}"
-        )
+    def of(self, pool: str) -> tuple[int, str]:
+        """(bytes, why) of `pool`."""
+        return (self.heavy, self.heavy_why) if pool == "heavy" else (self.light, self.light_why)
 
 
 def plan(
@@ -127,6 +128,69 @@ def plan(
     heavy, heavy_why = one("heavy", heavy_estimate)
     light, light_why = one("light", light_estimate)
     return JobMemory(heavy=heavy, light=light, heavy_why=heavy_why, light_why=light_why)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The build's memory plan: ninja's jobs, the pools, and the figures they come from."""
+
+    jobs: int
+    pools: Pools
+    per_job: JobMemory
+    compiles: Mapping[str, Mapping[str, int]]
+    """Each pool's compiles: output -> the nvcc threads it asks for (`graph.compiles`)."""
+    available: int | None
+    """Bytes of memory free when the build started (None: unknown)."""
+
+    @classmethod
+    def for_build(
+        cls,
+        compiles: Mapping[str, Mapping[str, int]],
+        peaks: Mapping[str, int],
+        *,
+        jobs: int,
+        available: int | None,
+    ) -> Budget:
+        """The plan of a build of `compiles` with `jobs` jobs and `available` bytes free,
+        from the `peaks` measured so far (the estimates where there are none)."""
+        per_job = plan(
+            compiles, peaks, heavy_estimate=HEAVY_JOB_BYTES, light_estimate=LIGHT_JOB_BYTES
+        )
+        pools = Pools.for_memory(
+            jobs,
+            available,
+            heavy_threads=_most(compiles.get("heavy", {})),
+            light_threads=_most(compiles.get("light", {})),
+            heavy_bytes=per_job.heavy,
+            light_bytes=per_job.light,
+        )
+        return cls(jobs, pools, per_job, compiles, available)
+
+    def describe(self) -> str:
+        """`heavy pool 1 x 6 nvcc threads x 3.0 GiB (estimate: ...), nvcc --threads lowered
+        from 9 to 6 to fit one compile; light pool ...; 20.1 GiB free`."""
+        free = "free memory unknown"
+        if self.available is not None:
+            free = f"{self.available / _GIB:.1f} GiB free"
+        return "; ".join([*(self._pool_text(pool) for pool in _POOLS), free])
+
+    def _pool_text(self, pool: str) -> str:
+        """One pool's part of `describe`."""
+        asked = _most(self.compiles.get(pool, {}))
+        threads = self.pools.cap(pool, asked)
+        size, why = self.per_job.of(pool)
+        text = f"{pool} pool {self.pools.slots(pool)}"
+        if asked > 1:
+            text += f" x {threads} nvcc threads"
+        text += f" x {size / _GIB:.1f} GiB ({why})"
+        if threads < asked:
+            text += f", nvcc --threads lowered from {asked} to {threads} to fit one compile"
+        return text
+
+
+def _most(threads: Mapping[str, int]) -> int:
+    """The most threads one of these compiles asks for (1 when there are none)."""
+    return max(threads.values(), default=1)
 
 
 def measurable(launcher: Path | None) -> bool:

@@ -127,9 +127,9 @@ def test_next_plan_budgets_each_job_with_the_largest_measured_peak(tmp_path: Pat
 def test_a_cache_hit_never_lowers_a_known_peak(tmp_path: Path) -> None:
     build = tmp_path / "build"
     build.mkdir()
-    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t3000000000\n")
+    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t3000000000\t-\n")
     memory.collect(build)
-    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t9000000\n")
+    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t9000000\t-\n")
     assert memory.collect(build) == {"obj/k.cu.o": 3000000000}
 
 

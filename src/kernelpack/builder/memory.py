@@ -10,6 +10,9 @@ while no compile of the pool has been measured. A peak is one process's (`wait4`
 the largest one below the command): for nvcc, one cicc, so one nvcc thread's memory; a
 compile of N threads needs about N times it (`graph.Pools.for_memory`).
 
+The shim also notes a compile that the kernel's out-of-memory killer ended; `killed()` finds
+it.
+
 With sccache as the launcher the compiles run inside sccache's server, not below the
 command ninja starts, so there is nothing to measure: no shim, the previous measurements
 or the estimates stay in use.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,7 @@ __all__ = [
     "Budget",
     "JobMemory",
     "collect",
+    "killed",
     "load",
     "measurable",
     "plan",
@@ -42,17 +46,21 @@ __all__ = [
 
 #: The build folder's measured peaks: `{"obj/k/k.cu.o": bytes, ...}`.
 PEAKS_FILE = "compile-peaks.json"
-#: What the shims of the running build append to (`output<TAB>bytes` lines).
+#: What the shims of the running build append to (`output<TAB>bytes<TAB>end` lines).
 LOG_FILE = "compile-peaks.log"
 
 _GIB = 1024**3
 _POOLS = ("heavy", "light")
 
 
-def shim() -> list[str]:
+def shim(oom_counters: Sequence[Path] = ()) -> list[str]:
     """The words the graph puts before `$out -- <compile command>`: this interpreter, in
-    isolated mode without `site` (it starts in milliseconds), running the shim."""
-    return [sys.executable, "-I", "-S", str(Path(_peak.__file__)), LOG_FILE]
+    isolated mode without `site` (it starts in milliseconds), running the shim;
+    `oom_counters` replace the cgroup's count of out-of-memory kills (`_peak`)."""
+    words = [sys.executable, "-I", "-S", str(Path(_peak.__file__)), LOG_FILE]
+    for counter in oom_counters:
+        words += ["--oom-counter", str(counter)]
+    return words
 
 
 def unshim(command: str) -> str:
@@ -82,13 +90,35 @@ def collect(build_dir: Path) -> dict[str, int]:
     except OSError:
         return load(build_dir)
     peaks = load(build_dir)
-    for line in text.splitlines():
-        output, _, value = line.rpartition("\t")
-        if output and value.isdigit() and int(value) > 0:
-            peaks[output] = max(peaks.get(output, 0), int(value))
+    for output, value, _ in _records(text):
+        if value > 0:
+            peaks[output] = max(peaks.get(output, 0), value)
     write_text_atomic(build_dir / PEAKS_FILE, json.dumps(peaks, indent=1, sort_keys=True) + "\n")
     log.unlink(missing_ok=True)
     return peaks
+
+
+def killed(build_dir: Path, output: str) -> int | None:
+    """The peak (bytes) of the last run of compile `output` in the log when the kernel's
+    out-of-memory killer ended it; None when it did not (or was not measured)."""
+    try:
+        text = (build_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    last = None
+    for record in _records(text):
+        if record[0] == output:
+            last = record
+    return last[1] if last is not None and last[2] else None
+
+
+def _records(text: str) -> Iterator[tuple[str, int, bool]]:
+    """(output, peak bytes, killed by the out-of-memory killer) of each whole log line."""
+    for line in text.splitlines():
+        head, _, end = line.rpartition("\t")
+        output, _, value = head.rpartition("\t")
+        if output and value.isdigit() and end in ("-", _peak.OOM):
+            yield output, int(value), end == _peak.OOM
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,16 @@ def test_each_compile_gets_its_own_threads_within_its_pools_cap() -> None:
     assert pools.cap("light", 9) == 9
 
 
+def test_a_retry_halves_the_slots_and_runs_what_is_left_with_one_thread() -> None:
+    pools = Pools(heavy=4, light=3, heavy_threads=6, light_threads=9)
+    retry = pools.fewer(["obj/late.cu.o"])
+    assert (retry.heavy, retry.light) == (2, 1)
+    assert retry.threads("obj/late.cu.o", "heavy", 9) == 1
+    assert retry.threads("obj/done.cu.o", "heavy", 9) == 6  # finished: its command line stays
+    unknown = pools.fewer(None)
+    assert unknown.threads("obj/done.cu.o", "heavy", 9) == 1
+
+
 def test_the_memory_plan_says_when_it_lowers_threads() -> None:
     budget = memory.Budget.for_build(
         {"heavy": {"obj/k/relu.cu.o": 9}, "light": {"obj/k/host.cpp.o": 1}},

@@ -1,5 +1,5 @@
 """A compile the kernel's out-of-memory killer ends is noted as such by the memory shim, and
-a failure without a kill is not.
+never mistaken for a compile error; the engine's messages for it name the figures.
 
 The killer is faked at its edge: a counter file in the format of the cgroup's `memory.events`
 (`oom_kill N`), which the child raises before it is SIGKILLed, as the kernel does."""
@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelpack.builder import _peak, memory
+from kernelpack.builder.graph import Pools
 
 GIB = 1024**3
 
@@ -99,3 +102,45 @@ def test_an_unreadable_counter_never_makes_a_kill(tmp_path: Path) -> None:
     assert _peak.oom_kills([str(missing)]) is None
     assert _run(tmp_path, missing, sys.executable, "-c", "raise SystemExit(1)") == 1
     assert _end(tmp_path) == "-"
+
+
+@pytest.fixture
+def budget() -> memory.Budget:
+    """The issue's build: 2 cores, one kernel-builder compile of 9 archs, 20 GiB free."""
+    return memory.Budget.for_build(
+        {"heavy": {"obj/relu/relu.cu.o": 9, "obj/relu/torch_binding.cpp.o": 1}, "light": {}},
+        {},
+        jobs=2,
+        available=20 * GIB,
+    )
+
+
+def test_the_retry_line_says_what_was_killed_and_how_the_rest_runs(
+    budget: memory.Budget,
+) -> None:
+    assert budget.pools == Pools(heavy=1, light=2, heavy_threads=6, light_threads=1)
+    killed = memory.OutOfMemory("kernel 'relu': relu.cu", "obj/relu/relu.cu.o", int(2.6 * GIB))
+    retry = budget.fewer(["obj/relu/relu.cu.o"])
+    assert retry.jobs == 1
+    assert budget.retrying(killed, retry) == (
+        "kernel 'relu': relu.cu: killed by the out-of-memory killer at 2.6 GiB (its largest "
+        "process), with 1 compile of 6 nvcc threads at once; retrying with 1 compile of "
+        "1 nvcc thread at once"
+    )
+
+
+def test_a_second_kill_names_the_file_the_figures_and_what_to_change(
+    budget: memory.Budget,
+) -> None:
+    killed = memory.OutOfMemory("kernel 'relu': relu.cu", "obj/relu/relu.cu.o", int(2.6 * GIB))
+    message = budget.fewer(None).exhausted(killed)
+    assert message.startswith(
+        "kernel 'relu': relu.cu: killed by the out-of-memory killer at 2.6 GiB"
+    )
+    assert "with 1 compile of 1 nvcc thread at once (20.0 GiB free when the build started)" in (
+        message
+    )
+    assert "MAX_JOBS=1 (or -j 1)" in message
+    assert "TORCH_CUDA_ARCH_LIST" in message
+    assert "failed to compile" not in message
+    assert "\n" not in message

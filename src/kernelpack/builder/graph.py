@@ -37,8 +37,8 @@ import contextlib
 import io
 import os
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -95,6 +95,9 @@ class Pools:
     arch target)."""
     light_threads: int | None = None
     """The same for the light pool."""
+    single: frozenset[str] = frozenset()
+    """Compiles (outputs) that run with one nvcc thread whatever their pool's cap: after an
+    out-of-memory kill, those still to run (`fewer`)."""
 
     @classmethod
     def for_memory(
@@ -130,6 +133,20 @@ class Pools:
         """The nvcc threads a compile of `pool` that asks for `asked` runs."""
         most = self.heavy_threads if pool == "heavy" else self.light_threads
         return max(1, asked if most is None else min(asked, most))
+
+    def threads(self, output: str, pool: str, asked: int) -> int:
+        """The nvcc threads of compile `output` of `pool`, which asks for `asked`."""
+        return 1 if output in self.single else self.cap(pool, asked)
+
+    def fewer(self, pending: Iterable[str] | None) -> Pools:
+        """The pools of a retry after an out-of-memory kill: half the slots (at least 1) and
+        one nvcc thread for each compile still to run (`pending`; None: unknown, every
+        compile). The compiles that finished keep their threads, so their command lines,
+        and ninja does not run them again."""
+        halved = replace(self, heavy=max(1, self.heavy // 2), light=max(1, self.light // 2))
+        if pending is None:
+            return replace(halved, heavy_threads=1, light_threads=1)
+        return replace(halved, single=self.single | frozenset(pending))
 
 
 def _fit(jobs: int, available: int | None, threads: int, per_thread: int) -> tuple[int, int]:
@@ -332,7 +349,7 @@ def _write_group(
         if rule == "nvcc":
             if aliased and not os.path.isabs(spelled):
                 spelled = f"{CWD_ALIAS}{ROOT_LINK}/{_project_name(source, root)}"
-            threads = pools.cap("heavy" if flags.heavy else "light", flags.threads)
+            threads = pools.threads(obj, "heavy" if flags.heavy else "light", flags.threads)
             # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
             # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
             variables["threads"] = _words(["--threads", str(threads)] if threads > 1 else [])

@@ -11,7 +11,8 @@ the largest one below the command): for nvcc, one cicc, so one nvcc thread's mem
 compile of N threads needs about N times it (`graph.Pools.for_memory`).
 
 The shim also notes a compile that the kernel's out-of-memory killer ended; `killed()` finds
-it.
+it, and the engine reports it as `OutOfMemory` (never as a compile error) and runs the rest
+of the graph again with fewer compiles at once (`Budget.fewer`), once.
 
 With sccache as the launcher the compiles run inside sccache's server, not below the
 command ninja starts, so there is nothing to measure: no shim, the previous measurements
@@ -23,11 +24,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpack.builder import _peak
 from kernelpack.builder.graph import HEAVY_JOB_BYTES, LIGHT_JOB_BYTES, Pools
+from kernelpack.errors import BuildError
 from kernelpack_runtime._files import write_text_atomic
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "PEAKS_FILE",
     "Budget",
     "JobMemory",
+    "OutOfMemory",
     "collect",
     "killed",
     "load",
@@ -160,6 +163,21 @@ def plan(
     return JobMemory(heavy=heavy, light=light, heavy_why=heavy_why, light_why=light_why)
 
 
+class OutOfMemory(BuildError):
+    """A compile the kernel's out-of-memory killer ended: not an error in the code."""
+
+    def __init__(self, step: str, output: str, peak: int) -> None:
+        self.step = step
+        """The compile as the build names it (`kernel 'k': csrc/k.cu`)."""
+        self.output = output
+        self.peak = peak
+        """Its largest process's peak, in bytes."""
+        super().__init__(
+            f"{step}: killed by the out-of-memory killer at {peak / _GIB:.1f} GiB "
+            "(its largest process)"
+        )
+
+
 @dataclass(frozen=True)
 class Budget:
     """The build's memory plan: ninja's jobs, the pools, and the figures they come from."""
@@ -217,10 +235,52 @@ class Budget:
             text += f", nvcc --threads lowered from {asked} to {threads} to fit one compile"
         return text
 
+    def fewer(self, pending: Iterable[str] | None) -> Budget:
+        """The plan of the retry after an out-of-memory kill: half the jobs, and the compiles
+        still to run (`pending`; None: unknown, all) with one nvcc thread (`Pools.fewer`)."""
+        return replace(self, jobs=max(1, self.jobs // 2), pools=self.pools.fewer(pending))
+
+    def retrying(self, killed: OutOfMemory, retry: Budget) -> str:
+        """The line that says a compile was killed and how `retry` runs the rest."""
+        return (
+            f"{killed}, with {self.at_once(killed.output)} at once; retrying with "
+            f"{retry.at_once(killed.output)} at once"
+        )
+
+    def exhausted(self, killed: OutOfMemory) -> str:
+        """The error of a compile killed again in the retry (`self`): what it ran with,
+        the memory free, and what to change."""
+        free = ""
+        if self.available is not None:
+            free = f" ({self.available / _GIB:.1f} GiB free when the build started)"
+        return (
+            f"{killed} even with {self.at_once(killed.output)} at once{free}: free memory, "
+            "or build less at once: MAX_JOBS=1 (or -j 1) runs one compile at a time, and "
+            "fewer archs (TORCH_CUDA_ARCH_LIST, only the GPUs you need) fewer nvcc threads "
+            "in each"
+        )
+
+    def at_once(self, output: str) -> str:
+        """`2 compiles of 9 nvcc threads`: how many compiles of `output`'s pool could run at
+        once, and with how many threads each."""
+        pool = next((p for p in _POOLS if output in self.compiles.get(p, {})), None)
+        if pool is None:
+            return _count(self.jobs, "compile")
+        mine = self.compiles[pool]
+        slots = min(self.pools.slots(pool), self.jobs, len(mine))
+        threads = self.pools.threads(output, pool, mine[output])
+        kind = "nvcc thread" if output.endswith(".cu.o") else "thread"
+        return f"{_count(slots, 'compile')} of {_count(threads, kind)}"
+
 
 def _most(threads: Mapping[str, int]) -> int:
     """The most threads one of these compiles asks for (1 when there are none)."""
     return max(threads.values(), default=1)
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 compile`, `2 compiles`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def measurable(launcher: Path | None) -> bool:

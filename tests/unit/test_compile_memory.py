@@ -127,9 +127,9 @@ def test_next_plan_budgets_each_job_with_the_largest_measured_peak(tmp_path: Pat
 def test_a_cache_hit_never_lowers_a_known_peak(tmp_path: Path) -> None:
     build = tmp_path / "build"
     build.mkdir()
-    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t3000000000\n")
+    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t3000000000\t-\n")
     memory.collect(build)
-    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t9000000\n")
+    (build / memory.LOG_FILE).write_text("obj/k.cu.o\t9000000\t-\n")
     assert memory.collect(build) == {"obj/k.cu.o": 3000000000}
 
 
@@ -152,3 +152,21 @@ def test_the_shim_keeps_the_compiles_exit_status_and_stays_out_of_commands(
 def test_compiles_inside_sccaches_server_are_not_measured(name: str, measured: bool) -> None:
     assert memory.measurable(Path("/usr/bin") / name) is measured
     assert memory.measurable(None)
+
+
+# nvcc --threads 3: three processes of MIB megabytes each, all alive at once.
+THREADED = """
+import subprocess, sys
+hold = "import time; b = bytearray(%d << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1)"
+children = [subprocess.Popen([sys.executable, "-c", hold % int(sys.argv[1])]) for _ in range(3)]
+sys.exit(max(child.wait() for child in children))
+"""
+
+
+def test_a_threaded_compiles_peak_is_one_of_its_processes(tmp_path: Path) -> None:
+    # The plan's per-thread figure: a compile of N nvcc threads needs N times this.
+    command = [sys.executable, "-c", THREADED, "150"]
+    code = subprocess.run([*memory.shim(), "obj/x.cu.o", "--", *command], cwd=tmp_path).returncode
+    assert code == 0
+    peak = memory.collect(tmp_path)["obj/x.cu.o"]
+    assert 150 * MIB <= peak < 2 * 150 * MIB

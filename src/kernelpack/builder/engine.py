@@ -94,6 +94,10 @@ class BuildOptions:
     on_work: Callable[[tuple[Step, ...]], None] | None = None
     """Called once before anything compiles, with the steps the build will run (not called
     when there is nothing to do)."""
+    oom_counters: tuple[Path, ...] = ()
+    """Files whose `oom_kill N` lines count the out-of-memory killer's kills, instead of this
+    build's cgroup's (or the machine's): where those files are elsewhere, and in tests. They
+    go on every compile's command line."""
 
 
 def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
@@ -118,7 +122,9 @@ def compile_plan(plan: BuildPlan, options: BuildOptions) -> BuildResult:
             nvcc = plan.toolchain.nvcc or Path("nvcc")  # CPU kernels only: no edge runs it
             nodes = nodes_of(plan, build_dir, options.root.absolute())
             libraries = {node.name: build_dir / node.library for node in nodes}
-            graph_inputs = _GraphInputs(nodes, build_dir, options.root.absolute(), nvcc, plan)
+            graph_inputs = _GraphInputs(
+                nodes, build_dir, options.root.absolute(), nvcc, plan, options.oom_counters
+            )
             steps, stats = _compile(plan, graph_inputs, libraries, lock, jobs=jobs, options=options)
             _check_symbols(plan.to_build, libraries, plan.toolchain)
         else:
@@ -172,6 +178,7 @@ class _GraphInputs:
     root: Path
     nvcc: Path
     plan: BuildPlan
+    oom_counters: tuple[Path, ...]
 
     def write(self, launcher: Path | None, pools: graph.Pools) -> None:
         """Write `build.ninja` (left alone when unchanged); every compile's peak memory is
@@ -188,7 +195,7 @@ class _GraphInputs:
             pools=pools,
             nvcc_prepend=environment.nvcc_prepend_flags,
             nvcc_append=environment.nvcc_append_flags,
-            measure=memory.shim() if memory.measurable(launcher) else (),
+            measure=memory.shim(self.oom_counters) if memory.measurable(launcher) else (),
         )
         if graph.aliases_sources(launcher):
             graph.link_root(self.build_dir, self.root)
@@ -208,25 +215,18 @@ def _compile(
     run and what the cache did (when nothing compiled: the last compiling build's)."""
     launcher = plan.toolchain.launcher
     build_dir = inputs.build_dir
-    # A multi-arch kernel's compiles run several nvcc threads each: fewer at once.
-    threads = max(group.flags.threads for node in inputs.nodes for group in node.groups)
-    per_job = memory.plan(
-        _pool_outputs(inputs.nodes, build_dir),
-        memory.load(build_dir),
-        heavy_estimate=graph.HEAVY_JOB_BYTES,
-        light_estimate=graph.LIGHT_JOB_BYTES,
-    )
-    available = plan.toolchain.memory
-    pools = graph.Pools.for_memory(
-        jobs, available, threads=threads, heavy_bytes=per_job.heavy, light_bytes=per_job.light
+    budget = memory.Budget.for_build(
+        graph.compiles(inputs.nodes, build_dir),
+        memory.collect(build_dir),  # what a killed build left in the log too
+        jobs=jobs,
+        available=plan.toolchain.memory,
     )
     if options.output == "verbose":
-        why = per_job.describe(pools.heavy, pools.light, available)
+        why = budget.describe()
         if not memory.measurable(launcher):
             why += "; sccache runs the compiles in its server: not measured"
-        out = options.stream if options.stream is not None else sys.stderr
-        out.write(f"kernelpack: plan: {jobs} jobs; {why}\n")
-    inputs.write(launcher, pools)
+        _say(options, f"kernelpack: plan: {jobs} jobs; {why}")
+    inputs.write(launcher, budget.pools)
     env = ninja_runner.environment(plan.environment, root=inputs.root, launcher=launcher)
     pending = ninja_runner.pending(build_dir, env)
     work = pending is None or bool(pending)
@@ -240,15 +240,10 @@ def _compile(
         launcher, env, stream=options.stream, active=work, cwd=build_dir
     ) as cache:
         if cache.launcher != launcher:
-            inputs.write(cache.launcher, pools)  # the launcher could not start: compile without it
+            # the launcher could not start: compile without it
+            inputs.write(cache.launcher, budget.pools)
         try:
-            try:
-                steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
-            except compiler_cache.CacheFailure as failure:
-                # The cache broke, not the code: once more without it.
-                cache.bypass(cache.failed(failure))
-                inputs.write(cache.launcher, pools)
-                steps = _run_in(cache, build_dir, libraries, lock, jobs=jobs, options=options)
+            steps = _run_retrying(cache, inputs, libraries, lock, budget, options=options)
         finally:
             memory.collect(build_dir)
     stats = cache.stats
@@ -263,14 +258,39 @@ def _compile(
     return steps, stats
 
 
-def _pool_outputs(nodes: Sequence[graph.GraphKernel], build_dir: Path) -> dict[str, list[str]]:
-    """The objects of the heavy and the light pool's compiles."""
-    outputs: dict[str, list[str]] = {"heavy": [], "light": []}
-    for node in nodes:
-        for group in node.groups:
-            pool = outputs["heavy" if group.flags.heavy else "light"]
-            pool.extend(node.object_for(source, build_dir) for source in group.sources)
-    return outputs
+def _run_retrying(
+    cache: compiler_cache.Session,
+    inputs: _GraphInputs,
+    libraries: Mapping[str, Path],
+    lock: BuildLock,
+    budget: memory.Budget,
+    *,
+    options: BuildOptions,
+) -> tuple[Step, ...]:
+    """Run the graph. A failure that is not the code's runs the rest once more, once for
+    each kind: a broken compiler cache without the cache; an out-of-memory kill with half
+    the jobs and one nvcc thread per compile (the fewest cicc at once that still builds
+    files side by side), whose second kill is the error."""
+    retried: set[type[BuildError]] = set()
+    while True:
+        try:
+            return _run_in(
+                cache, inputs.build_dir, libraries, lock, jobs=budget.jobs, options=options
+            )
+        except compiler_cache.CacheFailure as failure:  # the cache broke, not the code
+            if compiler_cache.CacheFailure in retried:
+                raise
+            retried.add(compiler_cache.CacheFailure)
+            cache.bypass(cache.failed(failure))
+        except memory.OutOfMemory as killed:  # memory ran out, not the code
+            if memory.OutOfMemory in retried:
+                raise BuildError(budget.exhausted(killed)) from None
+            retried.add(memory.OutOfMemory)
+            left = ninja_runner.pending(inputs.build_dir, cache.env)
+            retry = budget.fewer(None if left is None else [step.output for step in left])
+            _say(options, f"kernelpack: {budget.retrying(killed, retry)}")
+            budget = retry
+        inputs.write(cache.launcher, budget.pools)
 
 
 def _run_in(
@@ -488,7 +508,8 @@ def _say(options: BuildOptions, line: str) -> None:
 
 def _failure_message(failed: str, output: str, build_dir: Path) -> str:
     """`kernel 'k': <step> failed: <first compiler error line>`; `CacheFailure` when the
-    compiler launcher (its cache), not the compiler, failed."""
+    compiler launcher (its cache), not the compiler, failed; `OutOfMemory` when the kernel's
+    out-of-memory killer ended the compile."""
     problem = compiler_cache.launcher_failure(output)
     if problem is not None:
         raise compiler_cache.CacheFailure(problem)
@@ -499,6 +520,9 @@ def _failure_message(failed: str, output: str, build_dir: Path) -> str:
         verb = "failed to link" if failed.startswith("lib/") else "failed to compile"
     else:
         what, verb = failed, "failed"
+    peak = memory.killed(build_dir, failed)
+    if peak is not None:
+        raise memory.OutOfMemory(what, failed, peak)
     first = next(
         (
             line.strip()

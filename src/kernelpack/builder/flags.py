@@ -90,14 +90,17 @@ class KernelFlags:
     heavy: bool
     """Compiles include ATen (about 3 GB of memory per nvcc job) rather than headers only."""
     threads: int = 1
-    """nvcc threads of one compile (`--threads`): one per arch target when there are several."""
+    """nvcc threads one compile asks for: one per arch target. The graph writes them as
+    `--threads N`, fewer when memory is short (`kernelpack.builder.graph.Pools`)."""
 
 
 def nvcc_threads(gencode_flags: tuple[str, ...]) -> int:
     """nvcc threads for a kernel with these `-gencode` targets: one each, 1 for a single one.
 
     The count follows the kernel, not this machine's cores, so the command line (and with it
-    ninja's rebuild decision and ccache's key) is the same on every machine."""
+    ninja's rebuild decision and ccache's key) is the same on every machine that has the
+    memory for it; only a machine whose free memory cannot hold one compile with all its
+    threads runs fewer (`kernelpack.builder.graph.Pools.for_memory`)."""
     return max(1, len(gencode_flags))
 
 
@@ -148,11 +151,6 @@ def kernel_flags(
     else:
         nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]
     nvcc += list(part.part.nvcc_flags if part is not None else spec.nvcc_flags)
-    threads = nvcc_threads(gencode)
-    if threads > 1:
-        # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
-        # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
-        nvcc += ["--threads", str(threads)]
     cxx = [std, "-O3", "-fPIC"]
     if kernel_builder:
         # kernel-builder: keeps template statics of two loaded extensions apart
@@ -169,7 +167,7 @@ def kernel_flags(
         cc=tuple(cc),
         ldflags=tuple(ldflags),
         heavy=not stable,
-        threads=threads,
+        threads=nvcc_threads(gencode),
     )
 
 

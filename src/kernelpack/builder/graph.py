@@ -3,7 +3,9 @@
 Each source is one compile edge (nvcc for `.cu`, the host C++ compiler for `.cpp`/`.cc`,
 the C compiler for a generated module init) with a depfile (`deps = gcc`), so a header edit
 rebuilds exactly its includers; the full command line is on the edge, so a flag change
-rebuilds too. Each kernel links into `lib/<kernel>/_C<suffix>` through a temporary name.
+rebuilds too. An nvcc edge's `--threads N` is its own `threads` variable, as the memory plan
+allows (`Pools`): a plan that lowers it rebuilds the edges whose value changes, no other.
+Each kernel links into `lib/<kernel>/_C<suffix>` through a temporary name.
 
 Paths below the project root are written relative to the build folder (where ninja runs), so
 that the compiler launcher, with its base folder set to the project root, sees the same
@@ -35,8 +37,8 @@ import contextlib
 import io
 import os
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -56,6 +58,7 @@ __all__ = [
     "Pools",
     "Unit",
     "aliases_sources",
+    "compiles",
     "link_root",
     "render",
 ]
@@ -77,40 +80,86 @@ _C_SUFFIXES = (".c",)
 
 @dataclass(frozen=True)
 class Pools:
-    """Concurrent compile slots: heavy (ATen, ~3 GB each) and light (headers only, ~1 GB).
+    """Concurrent compile slots: heavy (ATen, ~3 GB each) and light (headers only, ~1 GB),
+    and the most nvcc threads one compile of each pool runs.
 
     The one memory model of the build: `-j` (default: the cores) may ask for more jobs than
     memory allows; the pools keep the compiles that include ATen within it while lighter
-    ones use every job that fits."""
+    ones use every job that fits. A job's memory is one compiler process's (one nvcc thread:
+    one `cicc`); a compile of N nvcc threads runs N of them at once."""
 
     heavy: int
     light: int
+    heavy_threads: int | None = None
+    """The most nvcc threads (`--threads`) a heavy compile runs; None: each its own (one per
+    arch target)."""
+    light_threads: int | None = None
+    """The same for the light pool."""
+    single: frozenset[str] = frozenset()
+    """Compiles (outputs) that run with one nvcc thread whatever their pool's cap: after an
+    out-of-memory kill, those still to run (`fewer`)."""
 
     @classmethod
     def for_memory(
         cls,
         jobs: int,
         available_bytes: int | None,
-        threads: int = 1,
         *,
+        heavy_threads: int = 1,
+        light_threads: int = 1,
         heavy_bytes: int = HEAVY_JOB_BYTES,
         light_bytes: int = LIGHT_JOB_BYTES,
     ) -> Pools:
         """Bound each pool by `jobs` and by what fits in `available_bytes`.
 
-        A compile of `threads` nvcc threads (`--threads`, one arch each) counts as `threads`
-        jobs and needs `threads` times the memory of one: slots x threads x per-job memory
-        stays within `available_bytes` and slots x threads within `jobs` (at least 1 slot).
-        `heavy_bytes`/`light_bytes` are one job's memory: the estimates, or the peaks the
-        last build measured (`kernelpack.builder.memory`)."""
-        threads = max(1, threads)
-        cpu = max(1, jobs // threads)
-        if available_bytes is None:
-            return cls(heavy=cpu, light=cpu)
+        `heavy_threads`/`light_threads` are the most nvcc threads a compile of the pool asks
+        for (`--threads`, one per arch); `heavy_bytes`/`light_bytes` one thread's memory: the
+        estimates, or the peaks the last build measured (`kernelpack.builder.memory`). When
+        one compile with all its threads does not fit, its threads are lowered (down to 1)
+        until threads x per-thread memory does; then a compile of N threads counts as N jobs
+        and N times the memory: slots x threads x per-thread memory stays within
+        `available_bytes` and slots x threads within `jobs` (at least 1 slot)."""
+        heavy, heavy_threads = _fit(jobs, available_bytes, heavy_threads, heavy_bytes)
+        light, light_threads = _fit(jobs, available_bytes, light_threads, light_bytes)
         return cls(
-            heavy=max(1, min(cpu, available_bytes // (max(1, heavy_bytes) * threads))),
-            light=max(1, min(cpu, available_bytes // (max(1, light_bytes) * threads))),
+            heavy=heavy, light=light, heavy_threads=heavy_threads, light_threads=light_threads
         )
+
+    def slots(self, pool: str) -> int:
+        """The slots of `pool` (`heavy` or `light`)."""
+        return self.heavy if pool == "heavy" else self.light
+
+    def cap(self, pool: str, asked: int) -> int:
+        """The nvcc threads a compile of `pool` that asks for `asked` runs."""
+        most = self.heavy_threads if pool == "heavy" else self.light_threads
+        return max(1, asked if most is None else min(asked, most))
+
+    def threads(self, output: str, pool: str, asked: int) -> int:
+        """The nvcc threads of compile `output` of `pool`, which asks for `asked`."""
+        return 1 if output in self.single else self.cap(pool, asked)
+
+    def fewer(self, pending: Iterable[str] | None) -> Pools:
+        """The pools of a retry after an out-of-memory kill: half the slots (at least 1) and
+        one nvcc thread for each compile still to run (`pending`; None: unknown, every
+        compile). The compiles that finished keep their threads, so their command lines,
+        and ninja does not run them again."""
+        halved = replace(self, heavy=max(1, self.heavy // 2), light=max(1, self.light // 2))
+        if pending is None:
+            return replace(halved, heavy_threads=1, light_threads=1)
+        return replace(halved, single=self.single | frozenset(pending))
+
+
+def _fit(jobs: int, available: int | None, threads: int, per_thread: int) -> tuple[int, int]:
+    """(slots, threads) of a pool whose compiles ask for `threads` nvcc threads of
+    `per_thread` bytes each, within `jobs` and `available` bytes (`Pools.for_memory`)."""
+    per_thread = max(1, per_thread)
+    threads = max(1, threads)
+    if available is not None:
+        threads = max(1, min(threads, available // per_thread))
+    slots = max(1, jobs // threads)
+    if available is not None:
+        slots = max(1, min(slots, available // (per_thread * threads)))
+    return slots, threads
 
 
 @dataclass(frozen=True)
@@ -175,7 +224,8 @@ def render(
     `nvcc_prepend`/`nvcc_append` carry `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS` onto the
     command line, where ninja (rebuild on change) and the compiler cache (hash) see them.
     `measure` (the memory shim's words, `kernelpack.builder.memory.shim`) goes in front of
-    every compile as `<measure> $out -- <command>`; the launcher never sees it.
+    every compile as `<measure> $out -- <command>`; the launcher never sees it. `pools` are
+    the pools' depths and each nvcc compile's threads.
     """
 
     out = io.StringIO()
@@ -205,7 +255,7 @@ def render(
     w.newline()
     _write_rules(w, "$measure $out -- " if measure else "")
     for kernel in kernels:
-        _write_kernel(w, kernel, build_dir=build_dir, root=root, aliased=aliased)
+        _write_kernel(w, kernel, build_dir=build_dir, root=root, aliased=aliased, pools=pools)
     w.default([_path(k.library) for k in kernels])
     return out.getvalue()
 
@@ -215,7 +265,7 @@ def _write_rules(w: Writer, front: str) -> None:
     rule."""
     w.rule(
         "nvcc",
-        front + "$launcher $nvcc $nvcc_prepend $defines $includes $flags $nvcc_prefix_map"
+        front + "$launcher $nvcc $nvcc_prepend $defines $includes $flags $threads $nvcc_prefix_map"
         " -frandom-seed=$out -objtemp -Xcudafe --orig_src_path_name=$source"
         " -Xcicc --orig_src_path_name=$source -MD -MF $out.d -c $in -o $out $nvcc_append",
         depfile="$out.d",
@@ -248,14 +298,16 @@ def _write_rules(w: Writer, front: str) -> None:
 
 
 def _write_kernel(
-    w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path, aliased: bool
+    w: Writer, kernel: GraphKernel, *, build_dir: Path, root: Path, aliased: bool, pools: Pools
 ) -> None:
     """One compile step per source of `kernel` (its rule by suffix) and the link of its
     library; `aliased`: `.cu` sources below the root are spelled below `CWD_ALIAS`."""
     objects = []
     w.comment(f"kernel {kernel.name}")
     for group in kernel.groups:
-        objects += _write_group(w, kernel, group, build_dir=build_dir, root=root, aliased=aliased)
+        objects += _write_group(
+            w, kernel, group, build_dir=build_dir, root=root, aliased=aliased, pools=pools
+        )
     w.build(
         [_path(kernel.library)],
         "link",
@@ -266,41 +318,68 @@ def _write_kernel(
 
 
 def _write_group(
-    w: Writer, kernel: GraphKernel, group: Unit, *, build_dir: Path, root: Path, aliased: bool
+    w: Writer,
+    kernel: GraphKernel,
+    group: Unit,
+    *,
+    build_dir: Path,
+    root: Path,
+    aliased: bool,
+    pools: Pools,
 ) -> list[str]:
-    """One compile step per source of `group`, with the group's flags; returns the objects."""
+    """One compile step per source of `group`, with the group's flags (an nvcc step's
+    threads as `pools` allow); returns the objects."""
     flags = group.flags
     defines = _words(flags.defines)
     includes = _words(
         [f"-I{_relative(Path(d), build_dir=build_dir, root=root)}" for d in flags.include_dirs]
     )
-    pool = "heavy" if flags.heavy else "light"
     objects = []
     for source in group.sources:
         obj = kernel.object_for(source, build_dir)
         objects.append(obj)
         spelled = _relative(Path(source), build_dir=build_dir, root=root)
-        if source.suffix in _CUDA_SUFFIXES:
-            rule, extra = "nvcc", flags.nvcc
+        rule, pool = _rule(source, flags)
+        variables = {
+            "defines": defines,
+            "includes": includes,
+            "flags": _words({"nvcc": flags.nvcc, "cc": flags.cc}.get(rule, flags.cxx)),
+            "source": _words([_project_name(source, root)]),
+        }
+        if rule == "nvcc":
             if aliased and not os.path.isabs(spelled):
                 spelled = f"{CWD_ALIAS}{ROOT_LINK}/{_project_name(source, root)}"
-        elif source.suffix in _C_SUFFIXES:
-            rule, extra = "cc", flags.cc
-        else:
-            rule, extra = "cxx", flags.cxx
-        w.build(
-            [_path(obj)],
-            rule,
-            [_path(spelled)],
-            variables={
-                "defines": defines,
-                "includes": includes,
-                "flags": _words(extra),
-                "source": _words([_project_name(source, root)]),
-            },
-            pool=pool if rule != "cc" else None,
-        )
+            threads = pools.threads(obj, "heavy" if flags.heavy else "light", flags.threads)
+            # Two words: sccache reads `--threads N` (it runs that many arch compiles at once
+            # and keeps the value out of its cache key); `--threads=N` would reach nvcc --dryrun.
+            variables["threads"] = _words(["--threads", str(threads)] if threads > 1 else [])
+        w.build([_path(obj)], rule, [_path(spelled)], variables=variables, pool=pool)
     return objects
+
+
+def _rule(source: Path, flags: KernelFlags) -> tuple[str, str | None]:
+    """The rule that compiles `source` (`nvcc`, `cc`, `cxx`) and its pool (a generated
+    module init's C compile is too small for one)."""
+    pool = "heavy" if flags.heavy else "light"
+    if source.suffix in _CUDA_SUFFIXES:
+        return "nvcc", pool
+    if source.suffix in _C_SUFFIXES:
+        return "cc", None
+    return "cxx", pool
+
+
+def compiles(kernels: Sequence[GraphKernel], build_dir: Path) -> dict[str, dict[str, int]]:
+    """The compiles of each pool (`heavy`, `light`), as `render` writes them: output -> the
+    nvcc threads it asks for (one per arch target; 1 for a host compile)."""
+    found: dict[str, dict[str, int]] = {"heavy": {}, "light": {}}
+    for kernel in kernels:
+        for group in kernel.groups:
+            for source in group.sources:
+                rule, pool = _rule(source, group.flags)
+                if pool is not None:
+                    threads = group.flags.threads if rule == "nvcc" else 1
+                    found[pool][kernel.object_for(source, build_dir)] = threads
+    return found
 
 
 def aliases_sources(launcher: Path | None) -> bool:

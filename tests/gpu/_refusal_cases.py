@@ -52,12 +52,25 @@ EXPECTED: dict[str, dict[str, str]] = {
         "moe_forward-logits-float64": "router_logits must be float32, bfloat16 or float16",
         "moe_forward-cpu": "moe_forward: x must be a CUDA tensor",
         "moe_forward-experts-mismatch": "w_gate_up must have one matrix per expert (4), got 3",
+        "grouped_mm-offsets-decreasing": "grouped_mm: an earlier call on cuda:0 got offsets that"
+        " were not non-decreasing within [0, M] (an offset below the one before it)",
+        "grouped_mm-offsets-negative": "within [0, M] (a negative offset)",
+        "grouped_mm-offsets-past-m": "within [0, M] (an offset above M)",
+        "grouped_mm_silu_mul-offsets-decreasing": "grouped_mm_silu_mul: an earlier call on cuda:0",
     },
 }
 
 
 def bf16(*shape: int, device: str = "cuda") -> torch.Tensor:
     return torch.randn(*shape, device=device).to(torch.bfloat16)
+
+
+def reported_later(ops: Any, call: Callable[[], object]) -> None:
+    """Offsets the kernel cannot trust are reported after the call: run it, wait for it on the
+    device, then ask for the report (what `moe_ops.moe.check_offsets_errors` does)."""
+    call()
+    torch.cuda.synchronize()
+    ops.check_offsets_errors(torch.cuda.current_device())
 
 
 def llm_ops_cases() -> list[Case]:
@@ -95,6 +108,10 @@ def moe_ops_cases() -> list[Case]:
     w_up, w_down = bf16(4, 64, 64), bf16(4, 32, 64)
     many = torch.randn(16, 2000, device="cuda")
     fwd = moe.moe_forward
+    decreasing, negative, past_m = (
+        torch.tensor(values, device="cuda", dtype=torch.int32)
+        for values in ([4, 12, 8, 16], [-4, 8, 12, 16], [4, 8, 12, 100])
+    )
     cpu = [t.cpu() for t in (x, logits, w_up, w_down)]
     return [
         ("grouped_mm-float16", lambda: moe.grouped_mm(x.half(), w.half(), offsets)),
@@ -114,6 +131,22 @@ def moe_ops_cases() -> list[Case]:
         ("moe_forward-logits-float64", lambda: fwd(x, logits.double(), w_up, w_down, 2)),
         ("moe_forward-cpu", lambda: fwd(*cpu, 2)),
         ("moe_forward-experts-mismatch", lambda: fwd(x, logits, bf16(3, 64, 64), w_down, 2)),
+        (
+            "grouped_mm-offsets-decreasing",
+            lambda: reported_later(moe, lambda: moe.grouped_mm(x, w, decreasing)),
+        ),
+        (
+            "grouped_mm-offsets-negative",
+            lambda: reported_later(moe, lambda: moe.grouped_mm(x, w, negative)),
+        ),
+        (
+            "grouped_mm-offsets-past-m",
+            lambda: reported_later(moe, lambda: moe.grouped_mm(x, w, past_m)),
+        ),
+        (
+            "grouped_mm_silu_mul-offsets-decreasing",
+            lambda: reported_later(moe, lambda: moe.grouped_mm_silu_mul(x, w_up, decreasing)),
+        ),
     ]
 
 

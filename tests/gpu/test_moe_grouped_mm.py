@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -154,3 +160,239 @@ def test_bad_shapes_are_explained_and_refused(
     with pytest.raises(RuntimeError, match="grouped_mm"):
         moe.grouped_mm(x, w, offsets)
     assert moe.unsupported_shape_reason((4, 64), (2, 64, 64)) is None
+
+
+# Offsets the kernel cannot trust: (offsets, M, what the report names). The groups the kernel
+# takes from them are those of `_clamped_counts`.
+BAD_OFFSETS = {
+    "decreasing": ([16, 48, 32, 64], 64, ["an offset below the one before it"]),
+    "negative-first": ([-8, 24, 40, 64], 64, ["a negative offset"]),
+    "negative-later": ([16, -4, 40, 64], 64, ["a negative offset", "below the one before it"]),
+    "past-m": ([16, 32, 100, 120], 64, ["an offset above M"]),
+    "past-m-then-back": ([16, 200, 40, 64], 64, ["above M", "below the one before it"]),
+    "all-negative": ([-1, -1, -1, -1], 64, ["a negative offset"]),
+}
+REPORT = r"an earlier call on cuda:\d+ got offsets that were not non-decreasing within \[0, M\]"
+
+
+def _clamped_counts(offsets: list[int], m: int) -> list[int]:
+    """Rows per group as the kernel takes them: group g is [c[g-1], c[g]) with
+    c[g] = min(max(0, offsets[:g+1]), m), so the groups are disjoint and inside x."""
+    ends, top = [], 0
+    for offset in offsets:
+        top = max(top, offset)
+        ends.append(min(top, m))
+    return [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def _x_among_nans(rows: int, k: int, pad: int = 32) -> torch.Tensor:
+    """Random bf16 [rows, k] inside a NaN-filled buffer: a row read from outside x is NaN."""
+    buffer = torch.full((rows + 2 * pad, k), float("nan"), device="cuda", dtype=BF16)
+    x = buffer[pad : pad + rows]
+    x.copy_(_x(rows, k))
+    return x
+
+
+def _offsets(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device="cuda")
+
+
+@pytest.fixture
+def no_report_left(moe: ModuleType) -> Iterator[None]:
+    """The test starts with no report pending on the device, and leaves none behind."""
+    moe.check_offsets_errors()
+    yield
+    moe.check_offsets_errors()
+
+
+def test_clamped_counts_follow_the_running_max() -> None:
+    assert _clamped_counts([16, 48, 32, 64], 64) == [16, 32, 0, 16]
+    assert _clamped_counts([-8, 24, 40, 64], 64) == [0, 24, 16, 24]
+    assert _clamped_counts([16, 200, 40, 64], 64) == [16, 48, 0, 0]
+    assert _clamped_counts([3, 5], 64) == [3, 2]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("transposed", [False, True], ids=["w_row_major", "w_transposed"])
+@pytest.mark.parametrize("case", sorted(BAD_OFFSETS))
+def test_bad_offsets_read_nothing_outside_x_and_are_reported(
+    moe: ModuleType, no_report_left: None, case: str, transposed: bool, config: str
+) -> None:
+    values, m, kinds = BAD_OFFSETS[case]
+    k, n = 128, 256
+    x = _x_among_nans(m, k)
+    w = weights(len(values), k, n, transposed=transposed, scale=k**-0.5)
+    out = moe.grouped_mm(x, w, _offsets(values), config=config)
+    counts = _clamped_counts(values, m)
+    covered = sum(counts)
+    if covered:
+        # Rows outside every group are left unwritten (as torch leaves rows past the last
+        # offset); the rows of the clamped groups are exact, with no NaN from outside x.
+        ref = grouped_reference(x, w, counts)
+        assert_matches(out[:covered], ref[:covered], BF16, f"grouped_mm, {case}")
+    with pytest.raises(RuntimeError, match=REPORT) as raised:
+        moe.check_offsets_errors()
+    message = str(raised.value)
+    assert message.startswith("grouped_mm: ")
+    assert all(kind in message for kind in kinds), message
+    moe.check_offsets_errors()  # reported once: the flags are clear again
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("transposed", [False, True], ids=["w_row_major", "w_transposed"])
+def test_bad_offsets_of_silu_mul_are_clamped_and_reported_under_its_name(
+    moe: ModuleType, no_report_left: None, transposed: bool, config: str
+) -> None:
+    values, m, _ = BAD_OFFSETS["past-m-then-back"]
+    k, n = 128, 256
+    x = _x_among_nans(m, k)
+    w = weights(len(values), k, n, transposed=transposed, scale=k**-0.5)
+    out = moe.grouped_mm_silu_mul(x, moe.interleave_gate_up(w), _offsets(values), config=config)
+    counts = _clamped_counts(values, m)
+    gate_up = grouped_reference(x, w, counts)
+    ref = torch.nn.functional.silu(gate_up[:, : n // 2]) * gate_up[:, n // 2 :]
+    covered = sum(counts)
+    assert_matches(out[:covered], ref[:covered], BF16, "grouped_mm_silu_mul")
+    with pytest.raises(RuntimeError, match="grouped_mm_silu_mul: " + REPORT):
+        moe.check_offsets_errors()
+
+
+def test_the_next_call_raises_once_and_valid_calls_stay_exact(
+    moe: ModuleType, no_report_left: None
+) -> None:
+    counts = [0, 37, 500, 3, 128, 0, 300, 64]
+    x = _x(sum(counts), 512)
+    w = weights(len(counts), 512, 256, transposed=False, scale=512**-0.5)
+    offsets = offsets_from_counts(counts)
+    before = moe.grouped_mm(x, w, offsets)
+
+    moe.grouped_mm(x, w, _offsets([100, 50, -3, 2000, 40, 0, 1032, 1032]))
+    torch.cuda.synchronize()  # the report is on the host once the bad call has finished
+    with pytest.raises(RuntimeError, match="grouped_mm: " + REPORT):
+        moe.grouped_mm(x, w, offsets)  # raises instead of running
+    after = moe.grouped_mm(x, w, offsets)
+    assert torch.equal(after, before)
+    if hasattr(torch, "_grouped_mm"):
+        theirs = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
+        assert torch.equal(after, theirs)  # the same CUTLASS kernel family, bit for bit
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [[0, 0, 10, 0, 54], [5, 5, 0], [64], [0] * 4],
+    ids=["empty-groups", "short-of-m", "one-group", "no-rows-used"],
+)
+def test_valid_offsets_are_not_reported(
+    moe: ModuleType, no_report_left: None, counts: list[int]
+) -> None:
+    x = _x(64, 64)
+    w = weights(len(counts), 64, 128, transposed=False, scale=0.1)
+    moe.grouped_mm(x, w, offsets_from_counts(counts))
+    moe.grouped_mm_silu_mul(x, w, offsets_from_counts(counts))
+    moe.check_offsets_errors()
+
+
+@pytest.mark.parametrize("drop_at", [1023, 1024, 2047], ids=lambda g: f"drop-at-{g}")
+def test_running_max_carries_across_the_setup_chunks(
+    moe: ModuleType, no_report_left: None, drop_at: int
+) -> None:
+    # More groups than the setup block has threads (1024): the running max of one chunk
+    # carries into the next.
+    groups = 2500
+    counts = [1 if g % 3 == 0 else 0 for g in range(groups)]
+    values = torch.tensor(counts).cumsum(0).tolist()
+    m = values[-1]
+    values[drop_at] = values[drop_at - 1] - 5
+    x = _x_among_nans(m, 64)
+    w = weights(groups, 64, 64, transposed=False, scale=0.1)
+    out = moe.grouped_mm(x, w, _offsets(values))
+    clamped = _clamped_counts(values, m)
+    assert sum(clamped) == m
+    assert_matches(out, grouped_reference(x, w, clamped), BF16, "grouped_mm, 2500 groups")
+    with pytest.raises(RuntimeError, match="an offset below the one before it"):
+        moe.check_offsets_errors()
+
+
+def test_bad_offsets_replayed_in_a_cuda_graph_are_reported(
+    moe: ModuleType, no_report_left: None
+) -> None:
+    counts = [100, 0, 28, 128]
+    x = _x(sum(counts), 256)
+    w = weights(4, 256, 512, transposed=True, scale=0.05)
+    static_offsets = offsets_from_counts(counts)
+    moe.grouped_mm(x, w, static_offsets)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = moe.grouped_mm(x, w, static_offsets)
+    moe.check_offsets_errors()  # capturing launched nothing
+
+    bad = [100, 50, 300, 256]
+    static_offsets.copy_(_offsets(bad))
+    graph.replay()
+    clamped = _clamped_counts(bad, x.shape[0])
+    ref = grouped_reference(x, w, clamped)
+    covered = sum(clamped)
+    assert_matches(static_out[:covered], ref[:covered], BF16, "replayed grouped_mm")
+    with pytest.raises(RuntimeError, match="grouped_mm: " + REPORT):
+        moe.check_offsets_errors()
+
+    static_offsets.copy_(offsets_from_counts(counts))
+    graph.replay()
+    moe.check_offsets_errors()
+    assert torch.equal(static_out, moe.grouped_mm(x, w, static_offsets))
+
+
+def test_the_flags_are_made_by_a_first_call_inside_graph_capture(moe: ModuleType) -> None:
+    """A process whose first grouped_mm is captured: the flags' pinned memory is allocated
+    during the capture (outside the graph), and the replay reports into it."""
+    child = textwrap.dedent(
+        """
+        import torch
+        import moe_ops
+
+        moe = moe_ops.load("moe")
+        bf16 = torch.bfloat16
+        x = torch.randn(64, 64, device="cuda").to(bf16)
+        w = torch.randn(2, 64, 64, device="cuda").to(bf16)
+        offsets = torch.tensor([32, 64], dtype=torch.int32, device="cuda")
+        # The same CUTLASS kernel through moe_forward, whose own offsets need no flags: all
+        # that is new inside the capture below is the flags' allocation and the checked setup.
+        logits = torch.randn(64, 2, device="cuda")
+        w_down = torch.randn(2, 32, 64, device="cuda").to(bf16)
+        moe.moe_forward(x, logits, w, w_down, 1, gate_up_interleaved=True)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = moe.grouped_mm(x, w, offsets)
+        offsets.copy_(torch.tensor([40, 20], dtype=torch.int32))
+        graph.replay()
+        try:
+            moe.check_offsets_errors()
+        except RuntimeError as exc:
+            print("raised:", exc)
+        offsets.copy_(torch.tensor([32, 64], dtype=torch.int32))
+        graph.replay()
+        moe.check_offsets_errors()
+        print("equal:", torch.equal(out, moe.grouped_mm(x, w, offsets)))
+        """
+    )
+    here = Path(__file__).resolve().parent
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # The driver's lazy loading of kernels under capture is not what this tests.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(here), *sys.path]),
+            "CUDA_MODULE_LOADING": "EAGER",
+        },
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("raised: grouped_mm: an earlier call on cuda:0") for line in lines
+    ), result.stdout
+    assert "equal: True" in lines, result.stdout

@@ -1,6 +1,8 @@
 """Every op of llm_ops and moe_ops refuses bad input with a RuntimeError carrying its own
 message (never a crash): wrong dtype, wrong device, CPU tensors, non-contiguous or misaligned
-operands, wrong offsets dtype/length/device, out-of-range top_k, too many experts.
+operands, wrong offsets dtype/length/device, out-of-range top_k, too many experts. Offsets
+the kernel cannot trust (decreasing, negative, past M) are reported after the call, by
+`check_offsets_errors`, with the op's name.
 
 The cases run in a child process (`_refusal_cases.py`), so a crash is a failed case here
 rather than the end of the whole test run.

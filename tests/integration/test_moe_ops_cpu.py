@@ -78,3 +78,24 @@ def test_fakes_give_shapes_on_meta_and_requirements_are_exported(site: Path) -> 
         """,
     )
     assert json.loads(out) == [[[100, 512], [100, 256], [100, 256]], 8, 8, 1024, None, True]
+
+
+def test_offsets_report_op_dispatches_without_a_device_and_reports_nothing(site: Path) -> None:
+    out = run_in(
+        site,
+        """
+        import json, torch
+        from moe_ops import moe
+        ops = getattr(torch.ops, moe.NAMESPACE)
+        try:
+            ops.check_offsets_errors(-1)
+            refused = ""
+        except RuntimeError as exc:
+            refused = str(exc).splitlines()[0]
+        print(json.dumps([ops.check_offsets_errors(0) is None, refused,
+                          "check_offsets_errors" in moe.__all__]))
+        """,
+    )
+    nothing, refused, exported = json.loads(out)
+    assert nothing and exported
+    assert "check_offsets_errors: device index -1 is outside [0, 64)" in refused

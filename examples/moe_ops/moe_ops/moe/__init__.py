@@ -6,6 +6,13 @@ bf16 in, fp32 accumulation, bf16 out. ``w`` is ``[E, K, N]``, either contiguous 
 the transposed view of a contiguous ``[E, N, K]`` (``w_t.transpose(-2, -1)``). Rows past
 ``offsets[-1]`` are left unwritten, as in torch.
 
+Offsets must be non-decreasing within ``[0, M]``. The ops cannot look at them without a
+host sync, so the device clamps bad ones (group ``g`` gets rows ``[c[g-1], c[g])`` with
+``c[g] = min(max(0, offsets[:g+1]), M)``: nothing outside ``x`` and the output is read or
+written) and raises the error later: the next `grouped_mm` or `grouped_mm_silu_mul` call on
+that device raises ``RuntimeError`` once that bad call has finished on the device, and
+`check_offsets_errors` (which synchronises) raises it at a point of the caller's choosing.
+
 ``moe_forward(x, router_logits, w_gate_up, w_down, top_k)`` is the forward of a
 Mixtral/DeepSeek-style expert layer: softmax top-k routing renormalised over the k chosen,
 the permutation of tokens into expert order, the gate/up grouped GEMM with SiLU-and-multiply
@@ -43,6 +50,7 @@ __all__ = [
     "MAX_TOP_K",
     "NAMESPACE",
     "ROUTER_DTYPES",
+    "check_offsets_errors",
     "grouped_mm",
     "grouped_mm_silu_mul",
     "interleave_gate_up",
@@ -71,6 +79,7 @@ _ops: Any = getattr(torch.ops, NAMESPACE)
 _grouped_mm = _ops.grouped_mm.default
 _grouped_mm_silu_mul = _ops.grouped_mm_silu_mul.default
 _moe_forward = _ops.moe_forward.default
+_check_offsets_errors = _ops.check_offsets_errors.default
 
 
 def _dims_reason(name: str, value: int) -> str | None:
@@ -145,6 +154,27 @@ def grouped_mm_silu_mul(
     """``silu(g) * u`` of the grouped GEMM with interleaved columns (g = 2j, u = 2j + 1):
     ``[M, N/2]``. `interleave_gate_up` makes such a w from gate | up halves."""
     return _grouped_mm_silu_mul(_rows(x), w, offsets, _config(config))  # type: ignore[no-any-return]
+
+
+def check_offsets_errors(device: torch.device | str | int | None = None) -> None:
+    """Raise ``RuntimeError`` if a `grouped_mm` or `grouped_mm_silu_mul` call on `device` (the
+    current CUDA device by default) got offsets that were not non-decreasing within [0, M].
+
+    Synchronises the device first, so every call made before this one is seen (not usable
+    inside CUDA-graph capture). The report is given once: the flags are then cleared.
+    """
+    index = _cuda_index(device)
+    torch.cuda.synchronize(index)
+    _check_offsets_errors(index)
+
+
+def _cuda_index(device: torch.device | str | int | None) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    resolved = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if resolved.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {device!r}")
+    return torch.cuda.current_device() if resolved.index is None else resolved.index
 
 
 def interleave_gate_up(w_gate_up: torch.Tensor) -> torch.Tensor:

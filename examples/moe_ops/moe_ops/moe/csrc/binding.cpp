@@ -4,6 +4,8 @@
 //   grouped_mm_silu_mul(x, w, offsets, config)  the same with SiLU-and-mul on interleaved
 //                                               gate/up columns fused into the epilogue
 //   moe_forward(x, router_logits, w_gate_up, w_down, top_k, config)
+//   check_offsets_errors(device)                raises what the device reported about earlier
+//                                               grouped_mm calls' offsets (after a sync)
 //
 // Outputs and workspaces come from torch's caching allocator (aoti_torch_empty_strided);
 // nothing synchronises with the host, so every op can be captured in a CUDA graph.
@@ -20,8 +22,12 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <mutex>
+#include <string>
 
 #include "moe.h"
 
@@ -49,6 +55,104 @@ int sm_count(int32_t device) {
     cached[device] = count;
   }
   return count;
+}
+
+// Offsets the kernel cannot trust. grouped_mm's offsets live on the device, and looking at
+// them from the host would cost a sync per call. Instead the setup kernel clamps them into
+// non-decreasing groups within [0, M] (nothing outside x and the output is ever touched) and
+// reports what was wrong in kOffsetsErrorWords int32 words of pinned host memory mapped into
+// the device's address space, one block of words per device. The host reads the words
+// without a sync at the start of the next grouped_mm (it sees what the kernels before it
+// have finished writing) and in check_offsets_errors (which Python calls after syncing the
+// device), raises once and clears them.
+constexpr int32_t kMaxDevices = 64;
+
+struct OffsetsErrorWords {
+  std::atomic<int32_t*> host{nullptr};  // published after `device` is set
+  int32_t* device = nullptr;
+};
+
+OffsetsErrorWords& offsets_error_words(int32_t device) {
+  static std::array<OffsetsErrorWords, kMaxDevices> words;
+  STD_TORCH_CHECK(device >= 0 && device < kMaxDevices, "moe_ops: device index ", device,
+                  " is outside [0, ", kMaxDevices, ")");
+  return words[static_cast<size_t>(device)];
+}
+
+// The device's pointer to the words of `device` (current), allocated on first use: once per
+// device and process, never freed (a kernel of a captured graph may write them at any time).
+int32_t* offsets_error_flags(int32_t device, const char* op) {
+  OffsetsErrorWords& words = offsets_error_words(device);
+  if (words.host.load(std::memory_order_acquire) != nullptr) {
+    return words.device;
+  }
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (words.host.load(std::memory_order_relaxed) != nullptr) {
+    return words.device;
+  }
+  // The first call may come inside CUDA-graph capture, whose default (global) mode refuses
+  // cudaHostAlloc; relaxed mode allows it, and it happens at once, outside the graph.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  void* host = nullptr;
+  void* mapped = nullptr;
+  constexpr size_t kBytes = moe_ops::kOffsetsErrorWords * sizeof(int32_t);
+  cudaError_t err = cudaHostAlloc(&host, kBytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (err == cudaSuccess) {
+    err = cudaHostGetDevicePointer(&mapped, host, 0);
+    if (err != cudaSuccess) {
+      cudaFreeHost(host);
+    }
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: leave no error for the launches' checks to find
+    STD_TORCH_CHECK(false, op, ": cannot allocate the flags for invalid offsets (",
+                    cudaGetErrorString(err), ")");
+  }
+  std::memset(host, 0, kBytes);
+  words.device = static_cast<int32_t*>(mapped);
+  words.host.store(static_cast<int32_t*>(host), std::memory_order_release);
+  return words.device;
+}
+
+// Raises, once, what the device reported about earlier calls' offsets on `device`.
+void raise_offsets_errors(int32_t device) {
+  int32_t* host = offsets_error_words(device).host.load(std::memory_order_acquire);
+  if (host == nullptr) {
+    return;
+  }
+  bool any = false;
+  for (int i = 0; i < moe_ops::kOffsetsErrorWords; ++i) {
+    any = any || __atomic_load_n(&host[i], __ATOMIC_RELAXED) != 0;
+  }
+  if (!any) {
+    return;
+  }
+  // In the order of the words (moe.h's OffsetsError, grouped_mm's words first).
+  constexpr std::array<const char*, 2> kOps = {"grouped_mm", "grouped_mm_silu_mul"};
+  constexpr std::array<const char*, moe_ops::kOffsetsErrorKinds> kKinds = {
+      "a negative offset", "an offset below the one before it", "an offset above M"};
+  std::string message;
+  for (size_t op = 0; op < kOps.size(); ++op) {
+    std::string kinds;
+    for (size_t kind = 0; kind < kKinds.size(); ++kind) {
+      const size_t word = op * kKinds.size() + kind;
+      if (__atomic_exchange_n(&host[word], 0, __ATOMIC_RELAXED) != 0) {
+        kinds += (kinds.empty() ? "" : ", ") + std::string(kKinds[kind]);
+      }
+    }
+    if (!kinds.empty()) {
+      message += (message.empty() ? "" : "; ") + std::string(kOps[op]) +
+                 ": an earlier call on cuda:" + std::to_string(device) +
+                 " got offsets that were not non-decreasing within [0, M] (" + kinds +
+                 "); its groups were clamped into [0, M] and made non-decreasing, so nothing"
+                 " outside its tensors was read or written but its output is not"
+                 " torch._grouped_mm's (reported once)";
+    }
+  }
+  STD_TORCH_CHECK(message.empty(), message);
 }
 
 // A contiguous CUDA tensor straight from the allocator (no dispatcher lookup by name).
@@ -141,6 +245,7 @@ Tensor grouped_impl(const Tensor& x, const Tensor& w, const Tensor& offsets, int
                   ": with SiLU-and-mul, N must be a multiple of ", 2 * moe_ops::kAlignment);
   const int32_t device = x.get_device_index();
   const torch::stable::accelerator::DeviceGuard guard(device);
+  raise_offsets_errors(device);
   const int64_t m = x.size(0);
   const int64_t n_out = silu_mul ? args.n / 2 : args.n;
   Tensor out = empty<2>({m, n_out}, aoti_torch_dtype_bfloat16(), device);
@@ -154,6 +259,7 @@ Tensor grouped_impl(const Tensor& x, const Tensor& w, const Tensor& offsets, int
   args.a = x.const_data_ptr();
   args.d = out.mutable_data_ptr();
   args.offsets = static_cast<const int32_t*>(offsets.const_data_ptr());
+  args.offsets_errors = offsets_error_flags(device, op);
   args.m_total = m;
   args.k = x.size(1);
   args.silu_mul = silu_mul;
@@ -278,6 +384,7 @@ Tensor moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_do
   const char* err = moe_ops::route_and_permute(route, stream);
   STD_TORCH_CHECK(err == nullptr, op, " (routing): ", err);
 
+  // The offsets of our own scan are valid by construction: no checked setup, no flags.
   up.a = sorted;
   up.d = h;
   up.offsets = offsets;
@@ -296,6 +403,12 @@ Tensor moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_do
   return out;
 }
 
+void check_offsets_errors(int64_t device) {
+  STD_TORCH_CHECK(device >= 0 && device < kMaxDevices, "check_offsets_errors: device index ",
+                  device, " is outside [0, ", kMaxDevices, ")");
+  raise_offsets_errors(static_cast<int32_t>(device));
+}
+
 }  // namespace
 
 KP_STABLE_LIBRARY(m) {
@@ -304,6 +417,12 @@ KP_STABLE_LIBRARY(m) {
   m.def(
       "moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_down, int top_k,"
       " int config=0) -> Tensor");
+  m.def("check_offsets_errors(int device) -> ()");
+}
+
+// No tensor argument to dispatch on: the one kernel serves every backend.
+KP_STABLE_LIBRARY_IMPL(CompositeExplicitAutograd, m) {
+  m.impl("check_offsets_errors", TORCH_BOX(&check_offsets_errors));
 }
 
 KP_STABLE_LIBRARY_IMPL(CUDA, m) {

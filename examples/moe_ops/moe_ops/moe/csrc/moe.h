@@ -19,13 +19,29 @@ enum class GemmConfig : int {
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;
 
+// What the device reports about offsets it was given: kinds of invalid offsets, one int32
+// word each per op (grouped_mm's words, then grouped_mm_silu_mul's), set to 1 when seen.
+enum class OffsetsError : int {
+  kNegative = 0,    // offsets[g] < 0
+  kDecreasing = 1,  // offsets[g] < offsets[g-1]
+  kPastEnd = 2,     // offsets[g] > m_total
+};
+constexpr int kOffsetsErrorKinds = 3;
+constexpr int kOffsetsErrorWords = 2 * kOffsetsErrorKinds;
+
 // One grouped GEMM, torch._grouped_mm's 2-D x 3-D case: for each group g, rows
 // [offsets[g-1], offsets[g]) of A (offsets[-1] = 0) times B[g] into the same rows of D.
+// Offsets that are not non-decreasing within [0, m_total] never make it read or write outside
+// A and D: group g gets rows [c(g-1), c(g)) with c(g) = min(max(0, offsets[0..g]), m_total),
+// which for valid offsets is exactly [offsets[g-1], offsets[g]).
 struct GroupedGemmArgs {
   const void* a;            // [m_total, k] bf16, row-major (row stride k)
   const void* b;            // [groups, k, n] bf16: element (g, k, n) at b[g*b_group_stride + ...]
   void* d;                  // [m_total, n] bf16 row-major; [m_total, n/2] with silu_mul
   const int32_t* offsets;   // [groups] int32, cumulative row ends
+  int32_t* offsets_errors;  // kOffsetsErrorWords words (device-visible) where invalid offsets
+                            // are reported; nullptr when the offsets are valid by construction
+                            // (moe_forward's own scan): no running max, no checks
   int64_t groups;
   int64_t m_total;
   int64_t n;                // columns of B (2I for the gate/up GEMM)

@@ -45,6 +45,19 @@ KERNEL_BUILDER = {
     "cxx_only": ("-fno-gnu-unique",),
     # define_gpu_extension_target: CXX_STANDARD 17 below torch 2.12, else 20
     "cxx_standard": {(2, 11): "-std=c++17", (2, 14): "-std=c++20"},
+    # define_gpu_extension_target: target_include_directories(... PRIVATE csrc ...), for
+    # every source of the target
+    "target_include": "csrc",
+    # find_package(Torch): torch's share/cmake/Caffe2/public/cuda.cmake appends these to
+    # CMAKE_CUDA_FLAGS, which every CUDA source of the project gets
+    "torch_cmake_cuda": (
+        "-DONNX_NAMESPACE=onnx_c2",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+    ),
+    "torch_cmake_cudafe": "--diag_suppress=cc_clobber_ignored,field_without_dll_interface,"
+    "base_class_has_different_dll_interface,dll_interface_conflict_none_assumed,"
+    "dll_interface_conflict_dllexport_assumed,bad_friend_decl",
 }
 
 BUILD_TOML = """\
@@ -61,7 +74,7 @@ cxx-flags = ["-DTORCH_SIDE"]
 [kernel.fast]
 backend = "cuda"
 depends = ["torch"]
-src = ["fast/fast.cu", "fast/fast_host.cpp"]
+src = ["fast/fast.cu", "fast/fast_host.cpp", "shared/shared.cu"]
 include = ["fast/include"]
 cuda-capabilities = ["9.0a", "10.0"]
 cuda-flags = ["-DFAST_ONLY", "--use_fast_math"]
@@ -70,7 +83,7 @@ cxx-flags = ["-DFAST_HOST"]
 [kernel.wide]
 backend = "cuda"
 depends = ["torch"]
-src = ["wide/wide.cu"]
+src = ["wide/wide.cu", "shared/shared.cu"]
 
 [kernel.host]
 backend = "cpu"
@@ -94,6 +107,8 @@ def commands(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
             "fast/fast_host.cpp": "// host side of fast\n",
             "fast/include/fast.h": "// header\n",
             "wide/wide.cu": "// wide\n",
+            "shared/shared.cu": "// listed by fast and by wide\n",
+            "csrc/common.h": "// the target's own include folder\n",
             "host/host.cpp": "// cpu\n",
         },
     )
@@ -199,3 +214,33 @@ def test_cpu_kernels_get_their_own_flags_and_definitions(
     assert all(flag in host for flag in KERNEL_BUILDER["cpu_definitions"])
     assert "-DUSE_CUDA=1" not in host
     assert "-mavx2" not in commands["fast/fast_host.cpp"]
+
+
+def test_nvcc_gets_the_cuda_flags_of_torchs_cmake(commands: dict[str, list[str]]) -> None:
+    for source in ("fast/fast.cu", "wide/wide.cu", "shared/shared.cu"):
+        words = commands[source]
+        for flag in KERNEL_BUILDER["torch_cmake_cuda"]:
+            assert flag in words, (source, flag)
+        cudafe = words.index(KERNEL_BUILDER["torch_cmake_cudafe"])  # type: ignore[arg-type]
+        assert words[cudafe - 1] == "-Xcudafe"
+    assert "--expt-extended-lambda" not in commands["fast/fast_host.cpp"]
+
+
+def test_csrc_is_on_the_include_path_of_every_source(commands: dict[str, list[str]]) -> None:
+    target = f"/{KERNEL_BUILDER['target_include']}"
+    for source, words in commands.items():
+        assert any(w.startswith("-I") and w.endswith(target) for w in words), source
+
+
+def test_a_source_of_two_kernels_compiles_once_with_both_kernels_settings(
+    commands: dict[str, list[str]],
+) -> None:
+    shared = commands["shared/shared.cu"]
+    assert shared.count("-c") == 1
+    # the union of fast's capabilities and wide's default set
+    assert set(_gencode(shared)) == set(_gencode(commands["fast/fast.cu"])) | set(
+        _gencode(commands["wide/wide.cu"])
+    )
+    assert "-DFAST_ONLY" in shared and "--use_fast_math" in shared
+    # include folders are a set property: the last kernel's (wide lists none)
+    assert not any(w.endswith("fast/include") for w in shared if w.startswith("-I"))

@@ -291,6 +291,30 @@ def test_project_facts_come_from_general(tmp_path: Path) -> None:
     assert project.found is None  # PATH named the build.toml
 
 
+@pytest.mark.parametrize(
+    ("license", "expression"),
+    [("other", "LicenseRef-other"), ("Apache 2.0", "LicenseRef-Apache-2.0"), ("mit", "MIT")],
+)
+def test_a_license_spdx_does_not_list_is_a_license_ref(
+    tmp_path: Path, license: str, expression: str
+) -> None:
+    # kernel-builder takes any text ("other", the Hub's value for a license SPDX lacks);
+    # the wheel's License-Expression must be valid, so such text becomes a LicenseRef.
+    from kernelpack.backend.metadata import core_metadata
+
+    project = locate(make_project(tmp_path, MINIMAL.replace('"Apache-2.0"', f'"{license}"')))
+    assert project.metadata["license"] == expression
+    assert str(core_metadata(project).standard.license) == expression
+
+
+def test_csrc_is_an_include_folder_of_the_library_and_of_each_kernel(tmp_path: Path) -> None:
+    make_project(tmp_path)
+    (tmp_path / "csrc").mkdir()
+    (kernel,) = buildtoml.load(tmp_path / "build.toml").kernels
+    assert tmp_path / "csrc" in kernel.include_dirs
+    assert all(tmp_path / "csrc" in part.include_dirs for part in kernel.parts)
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from kernelpack.toolchain.torchprobe import TorchExtension
 __all__ = [
     "INCLUDE_DIR",
     "KERNEL_BUILDER_DROPPED",
+    "KERNEL_BUILDER_TORCH_CMAKE",
     "SHARED_LIBSTDCXX",
     "KernelFlags",
     "kernel_flags",
@@ -59,6 +60,19 @@ KERNEL_BUILDER_DROPPED = (
     "-D__CUDA_NO_HALF_CONVERSIONS__",
     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-D__CUDA_NO_HALF2_OPERATORS__",
+)
+
+#: The CUDA flags every CMake project that finds torch inherits (`CMAKE_CUDA_FLAGS`, set by
+#: torch's `share/cmake/Caffe2/public/cuda.cmake`), so kernel-builder's builds have them:
+#: device lambdas in ATen's headers need `--expt-extended-lambda`.
+KERNEL_BUILDER_TORCH_CMAKE = (
+    "-DONNX_NAMESPACE=onnx_c2",
+    "-Xcudafe",
+    "--diag_suppress=cc_clobber_ignored,field_without_dll_interface,"
+    "base_class_has_different_dll_interface,dll_interface_conflict_none_assumed,"
+    "dll_interface_conflict_dllexport_assumed,bad_friend_decl",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
 )
 
 
@@ -147,6 +161,7 @@ def kernel_flags(
     nvcc = [*gencode, std, "-O3", "-Xcompiler", "-fPIC"]
     if kernel_builder:
         nvcc += [f for f in torch.nvcc_flags if f not in KERNEL_BUILDER_DROPPED]
+        nvcc += [f for f in KERNEL_BUILDER_TORCH_CMAKE if f not in nvcc or f == "-Xcudafe"]
         nvcc += ["-DENABLE_FP8"]
     else:
         nvcc += list(torch.nvcc_flags) if not stable else ["--expt-relaxed-constexpr"]

@@ -11,11 +11,13 @@ to the package folder (flat layout) or above `src/` (src layout). A manifest wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -147,6 +149,17 @@ def _names_a_manifest(pyproject: Path) -> bool:
     return isinstance(table, dict) and "manifest" in table
 
 
+def _license_expression(text: str) -> str:
+    """A `build.toml` license as a PEP 639 license expression: itself when it is an SPDX
+    expression, else `LicenseRef-<text>` (kernel-builder takes any text, e.g. "other", the
+    Hub's model-card value for a license SPDX does not list)."""
+    try:
+        return canonicalize_license_expression(text)
+    except InvalidLicenseExpression:
+        name = re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "unknown"
+        return f"LicenseRef-{name}"
+
+
 def _from_build_toml(path: Path) -> Project:
     """A kernel-builder project: its package is `torch-ext/<name>`; a `pyproject.toml` next to
     `build.toml` (if any) gives `[project]` metadata and `[tool.kernelpack]` settings."""
@@ -164,7 +177,7 @@ def _from_build_toml(path: Path) -> Project:
     table.setdefault("name", facts.name)
     table.setdefault("version", str(facts.version))
     if facts.license is not None:
-        table.setdefault("license", facts.license)
+        table.setdefault("license", _license_expression(facts.license))
     requires = buildtoml.requirements(facts)
     if requires:
         table.setdefault("dependencies", list(requires))

@@ -36,6 +36,7 @@ from kernelpack.project._toml import (
     quote,
 )
 from kernelpack.project.buildtoml import capabilities
+from kernelpack.project.buildtoml import target as cmake_target
 from kernelpack.project.buildtoml._tables import one_of
 from kernelpack.project.buildtoml.generated import ops_py, registration_h
 from kernelpack.project.buildtoml.model import Kernel, Noarch, Project, Torch
@@ -209,7 +210,8 @@ class _Translation:
         binding; the CPU library's module and namespace end in `_cpu`, so it loads beside
         the CUDA one."""
         cpu = backend == "cpu"
-        parts = tuple(self.part(kernel, cpu=cpu) for kernel in kernels)
+        root = self.project.root
+        parts = cmake_target.target_parts([self.part(k, cpu=cpu) for k in kernels], root)
         sources = dict.fromkeys(torch_sources)
         for part in parts:
             sources.update(dict.fromkeys(part.sources))
@@ -239,7 +241,7 @@ class _Translation:
             description=(
                 f"kernel-builder project {self.project.name} ({backend.upper()} kernels: {names})"
             ),
-            include_dirs=torch_includes,
+            include_dirs=(*torch_includes, *cmake_target.target_includes(root)),
             stable_target=target or Version("2.10"),
             ptx=any(part.ptx for part in parts),
             min_cuda=None if cpu else min_cuda,

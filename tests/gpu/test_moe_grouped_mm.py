@@ -233,7 +233,9 @@ def test_bad_offsets_read_nothing_outside_x_and_are_reported(
     with pytest.raises(RuntimeError, match=REPORT) as raised:
         moe.check_offsets_errors()
     message = str(raised.value)
-    assert message.startswith("grouped_mm: ")
+    # torch's stable-ABI check puts its function and file:line before the op's words
+    # ("raise_offsets_errors, .../binding.cpp:155, grouped_mm: ..."; seen on the H200)
+    assert "grouped_mm: an earlier call" in message, message
     assert all(kind in message for kind in kinds), message
     moe.check_offsets_errors()  # reported once: the flags are clear again
 
@@ -393,6 +395,7 @@ def test_the_flags_are_made_by_a_first_call_inside_graph_capture(moe: ModuleType
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert any(
-        line.startswith("raised: grouped_mm: an earlier call on cuda:0") for line in lines
+        line.startswith("raised: ") and "grouped_mm: an earlier call on cuda:0" in line
+        for line in lines
     ), result.stdout
     assert "equal: True" in lines, result.stdout

@@ -55,9 +55,13 @@ KERNEL_BUILDER = {
         "--expt-relaxed-constexpr",
         "--expt-extended-lambda",
     ),
-    "torch_cmake_cudafe": "--diag_suppress=cc_clobber_ignored,field_without_dll_interface,"
-    "base_class_has_different_dll_interface,dll_interface_conflict_none_assumed,"
-    "dll_interface_conflict_dllexport_assumed,bad_friend_decl",
+    # (its SUPPRESS_WARNING_FLAGS: one --diag_suppress= per diagnostic, joined by commas)
+    "torch_cmake_cudafe": "--diag_suppress=cc_clobber_ignored,"
+    "--diag_suppress=field_without_dll_interface,"
+    "--diag_suppress=base_class_has_different_dll_interface,"
+    "--diag_suppress=dll_interface_conflict_none_assumed,"
+    "--diag_suppress=dll_interface_conflict_dllexport_assumed,"
+    "--diag_suppress=bad_friend_decl",
 }
 
 BUILD_TOML = """\

@@ -68,9 +68,18 @@ KERNEL_BUILDER_DROPPED = (
 KERNEL_BUILDER_TORCH_CMAKE = (
     "-DONNX_NAMESPACE=onnx_c2",
     "-Xcudafe",
-    "--diag_suppress=cc_clobber_ignored,field_without_dll_interface,"
-    "base_class_has_different_dll_interface,dll_interface_conflict_none_assumed,"
-    "dll_interface_conflict_dllexport_assumed,bad_friend_decl",
+    # nvcc splits an -X value at its commas: one cudafe option per diagnostic
+    ",".join(
+        f"--diag_suppress={diagnostic}"
+        for diagnostic in (
+            "cc_clobber_ignored",
+            "field_without_dll_interface",
+            "base_class_has_different_dll_interface",
+            "dll_interface_conflict_none_assumed",
+            "dll_interface_conflict_dllexport_assumed",
+            "bad_friend_decl",
+        )
+    ),
     "--expt-relaxed-constexpr",
     "--expt-extended-lambda",
 )

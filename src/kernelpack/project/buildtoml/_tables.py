@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from kernelpack.errors import ManifestError
 from kernelpack.project._toml import Table, describe, display_path, path_too_long, quote
-from kernelpack.project.buildtoml.model import BACKENDS, Kernel, Noarch, Torch
+from kernelpack.project.buildtoml.model import BACKENDS, Kernel, Noarch, Project, Torch
 
 __all__ = ["KERNEL_BACKENDS", "Tables", "one_of"]
 
@@ -142,6 +142,37 @@ class Tables:
         return found[0] if found else None
 
     # -- frameworks ---------------------------------------------------------------------------
+
+    def project(
+        self,
+        top: Table,
+        general: Table,
+        cuda: Table | None,
+        framework: Torch | Noarch,
+        *,
+        format: str,
+        required: bool,
+        urls: tuple[str, ...],
+    ) -> Project:
+        """The project model of a file whose `[general]` holds name, version, license and
+        backends (edition 5, v4, v3); `required`: version and license must be there. The
+        reader has checked its own tables (`framework` included) before."""
+        low, high = self.cuda_range(cuda)
+        return Project(
+            path=self.path,
+            format=format,
+            name=self.name(general),
+            version=self.version(general, required=required),
+            license=self.license(general, required=required),
+            backends=self.backends(general),
+            framework=framework,
+            kernels=self.kernels(top),
+            cuda_minver=low,
+            cuda_maxver=high,
+            python_depends=self.python_depends(general),
+            cuda_python_depends=self.python_depends(cuda),
+            upstream=self.urls(general, urls),
+        )
 
     def framework(
         self,

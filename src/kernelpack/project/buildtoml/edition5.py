@@ -47,20 +47,13 @@ def read(tables: Tables) -> Project:
     tables.sub_table(general, "tpu", ("python-depends",))
     tables.hub(general)
     general.strings("kernel-depends", expected="kernel dependencies")
-    low, high = tables.cuda_range(cuda)
     framework = tables.framework(top, _TORCH, _NOARCH, stable_abi="either")
-    return Project(
-        path=tables.path,
+    return tables.project(
+        top,
+        general,
+        cuda,
+        framework,
         format="edition 5",
-        name=tables.name(general),
-        version=tables.version(general, required=True),
-        license=tables.license(general, required=True),
-        backends=tables.backends(general),
-        framework=framework,
-        kernels=tables.kernels(top),
-        cuda_minver=low,
-        cuda_maxver=high,
-        python_depends=tables.python_depends(general),
-        cuda_python_depends=tables.python_depends(cuda),
-        upstream=tables.urls(general, ("upstream", "source")),
+        required=True,
+        urls=("upstream", "source"),
     )

@@ -37,20 +37,7 @@ def read(tables: Tables) -> Project:
     for backend in ("neuron", "xpu"):
         tables.sub_table(general, backend, ("python-depends",))
     tables.hub(general)
-    low, high = tables.cuda_range(cuda)
     framework = tables.framework(top, _TORCH, None, stable_abi=None)
-    return Project(
-        path=tables.path,
-        format="v3",
-        name=tables.name(general),
-        version=tables.version(general, required=False),
-        license=tables.license(general, required=False),
-        backends=tables.backends(general),
-        framework=framework,
-        kernels=tables.kernels(top),
-        cuda_minver=low,
-        cuda_maxver=high,
-        python_depends=tables.python_depends(general),
-        cuda_python_depends=tables.python_depends(cuda),
-        upstream=tables.urls(general, ("upstream",)),
+    return tables.project(
+        top, general, cuda, framework, format="v3", required=False, urls=("upstream",)
     )

@@ -39,20 +39,7 @@ def read(tables: Tables) -> Project:
     for backend in ("neuron", "xpu"):
         tables.sub_table(general, backend, ("python-depends",))
     tables.hub(general)
-    low, high = tables.cuda_range(cuda)
     framework = tables.framework(top, _TORCH, _NOARCH, stable_abi="version")
-    return Project(
-        path=tables.path,
-        format="v4",
-        name=tables.name(general),
-        version=tables.version(general, required=True),
-        license=tables.license(general, required=True),
-        backends=tables.backends(general),
-        framework=framework,
-        kernels=tables.kernels(top),
-        cuda_minver=low,
-        cuda_maxver=high,
-        python_depends=tables.python_depends(general),
-        cuda_python_depends=tables.python_depends(cuda),
-        upstream=tables.urls(general, ("upstream", "source")),
+    return tables.project(
+        top, general, cuda, framework, format="v4", required=True, urls=("upstream", "source")
     )

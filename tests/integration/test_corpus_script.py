@@ -165,3 +165,28 @@ def test_a_later_step_adds_to_the_results_and_markdown_joins_runs(
     text = doc.read_text()
     assert text.startswith("intro\n<!-- corpus table: made\nby corpus.py -->\n- here:")
     assert "old" not in text and text.endswith(table + "<!-- end corpus table -->\n")
+
+
+def test_only_keeps_its_order_and_dependency_folders_reach_the_steps(
+    checkout: Path, tmp_path: Path
+) -> None:
+    # A bounded run lists the heavy projects last; a pinned release's headers given as
+    # KERNELPACK_<NAME>_DIR (a machine without network) must reach kernelpack's steps, while
+    # other KERNELPACK_ settings of the caller do not.
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import corpus
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    chosen = corpus.projects(checkout, ["gamma", "beta"], [])
+    assert [p.name for p in chosen] == ["gamma", "beta"]
+    assert [p.name for p in corpus.projects(checkout, [], [])] == ["beta", "gamma"]
+    env = corpus._environment(
+        {
+            "KERNELPACK_CUTLASS_4_0_DIR": "/headers",
+            "KERNELPACK_KERNELS": "x",
+            "LOCAL_KERNELS": "a=b",
+            "PATH": "/bin",
+        }
+    )
+    assert env == {"KERNELPACK_CUTLASS_4_0_DIR": "/headers", "PATH": "/bin"}

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -263,7 +264,14 @@ def test_an_sdist_builds_in_isolation_on_a_machine_without_cuda(
     else:
         if not UV.is_file():
             pytest.skip("uv is not installed")
-        command = [UV, "build", "--wheel", "-o", out, sdist]
+        # `uv build --wheel` of the sdist's unpacked tree: uv refuses to build a wheel from an
+        # sdist file (or an sdist it made) whose version differs from the wheel's, and a
+        # kernel wheel's version carries its ABI label (`0.3.0+cu130torch2.14.1`; uv 0.13.9,
+        # `build_frontend.rs` VersionMismatch). docs/build.md says so.
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp_path / "unpacked", filter="data")
+        (tree,) = (tmp_path / "unpacked").iterdir()
+        command = [UV, "build", "--wheel", "--no-index", "--find-links", links, "-o", out, tree]
         # uv's build environments have no pip: the backend installs the wheels with uv's
         # (found on PATH), from the same folder.
         env.update(UV_NO_INDEX="1", UV_FIND_LINKS=str(links))

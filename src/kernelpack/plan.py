@@ -21,6 +21,7 @@ returns the decisions without raising, for reports.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -569,16 +570,41 @@ def _torch_bounds_reason(spec: KernelSpec, toolchain: Toolchain) -> Reason | Non
 
 
 def _cxx_std_problem(spec: KernelSpec, manifest: Manifest, toolchain: Toolchain) -> str | None:
-    if spec.abi != "torch" or spec.cxx_std is None:
+    if spec.abi != "torch":
         return None
     needed = _classic_min_cxx(toolchain.torch_version)
-    if spec.cxx_std >= needed:
-        return None
+    if spec.cxx_std is None or spec.cxx_std >= needed:
+        return _flag_std_problem(spec, manifest, toolchain, needed)
     return (
         f"{display_path(manifest.path)}: [{spec.name}].cxx-std: C++{spec.cxx_std} cannot compile "
         f'torch {toolchain.torch_version}\'s ATen headers (abi = "torch"), which need '
         f'C++{needed}; set cxx-std = {needed}, drop the key, or use abi = "stable"'
     )
+
+
+_STD_FLAG = re.compile(r"--?std=(?:c|gnu)\+\+(\d\d)")
+
+
+def _flag_std_problem(
+    spec: KernelSpec, manifest: Manifest, toolchain: Toolchain, needed: int
+) -> str | None:
+    """A `-std=c++NN` in a kernel's own flags (kernel-builder's `cuda-flags`, `cxx-flags`),
+    below what torch's ATen headers need: the last one on a command line wins, so the
+    compile would stop at torch's `#error C++20 or later`."""
+    lists = [(f"[{spec.name}]", "nvcc-flags", spec.nvcc_flags)]
+    lists.append((f"[{spec.name}]", "cxx-flags", spec.cxx_flags))
+    for part in spec.parts:
+        lists.append((f"[kernel.{part.name}]", "cuda-flags", part.nvcc_flags))
+        lists.append((f"[kernel.{part.name}]", "cxx-flags", part.cxx_flags))
+    for table, key, flags in lists:
+        found = [m for m in map(_STD_FLAG.fullmatch, flags) if m is not None]
+        if found and int(found[-1].group(1)) < needed:
+            return (
+                f"{display_path(manifest.path)}: {table}.{key}: {found[-1].group(0)} cannot "
+                f"compile torch {toolchain.torch_version}'s ATen headers, which need "
+                f"C++{needed}; build against torch < {_ATEN_CXX20_FROM} or raise the standard"
+            )
+    return None
 
 
 def _classic_min_cxx(torch_version: Version | None) -> int:

@@ -255,6 +255,23 @@ def test_a_torch_outside_the_bounds_is_an_error_under_require(tmp_path: Path) ->
     assert len(problems) == 1 and "([torch].maxver)" in problems[0]
 
 
+@pytest.mark.parametrize(("torch", "refused"), [("2.14.1", True), ("2.11.0", False)])
+def test_a_kernels_own_std_flag_below_atens_is_a_plan_error(
+    tmp_path: Path, torch: str, refused: bool
+) -> None:
+    # sage-attention's cuda-flags say -std=c++17 (the last -std wins): against torch 2.14's
+    # ATen headers the compile would stop at their '#error C++20 or later'.
+    text = MINIMAL + 'cuda-flags = ["-O3", "-std=c++17"]\n'
+    manifest = buildtoml.load(make_project(tmp_path, text))
+    problems = decide(manifest, make_toolchain(torch_version=Version(torch))).problems()
+    if refused:
+        (problem,) = problems
+        assert "[kernel.mine].cuda-flags: -std=c++17 cannot compile torch 2.14.1" in problem
+        assert "C++20" in problem
+    else:
+        assert problems == ()
+
+
 def test_maxver_below_minver_is_an_error(tmp_path: Path) -> None:
     text = MINIMAL.replace("[torch]\n", '[torch]\nminver = "2.12"\nmaxver = "2.11"\n')
     assert "[torch].maxver" in _error(tmp_path, text)

@@ -321,6 +321,13 @@ def test_the_manifest_lists_every_file_with_its_digest(wheels: Path, torch_site:
 # --- the CLI and the PEP 517 hooks ------------------------------------------------------------
 
 
+def _use(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """This process's environment is `env`'s variables, with no CUDA_HOME."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+
+
 def test_toolchain_show_json_names_the_toolkit(
     wheels: Path,
     torch_site: Path,
@@ -330,9 +337,7 @@ def test_toolchain_show_json_names_the_toolkit(
     from kernelpack.cli import main
 
     provisioned(environ(wheels, site=torch_site))
-    for name, value in environ(wheels, site=torch_site).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    _use(monkeypatch, environ(wheels, site=torch_site))
     assert main(["toolchain", "show", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["toolkit"] == "cache" and shown["nvcc_version"] == "13.0.88"
@@ -342,9 +347,7 @@ def test_toolchain_show_json_names_the_toolkit(
 def test_get_requires_adds_the_cuda_wheels_when_no_nvcc_is_usable(
     wheels: Path, torch_site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in environ(wheels, site=torch_site).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    _use(monkeypatch, environ(wheels, site=torch_site))
     monkeypatch.setattr(backend, "_project", lambda: pytest.fail("no project needed"))
     monkeypatch.setattr(backend.importlib.util, "find_spec", lambda name: object())
     requires = backend.get_requires_for_build_wheel()
@@ -361,9 +364,7 @@ def test_get_requires_adds_the_cuda_wheels_when_no_nvcc_is_usable(
 def test_get_requires_adds_no_cuda_wheel_beside_a_usable_system_nvcc(
     tmp_path: Path, wheels: Path, torch_site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in environ(wheels, install_nvcc(tmp_path, NVCC_13_0), site=torch_site).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    _use(monkeypatch, environ(wheels, install_nvcc(tmp_path, NVCC_13_0), site=torch_site))
     monkeypatch.setattr(backend.importlib.util, "find_spec", lambda name: object())
     assert backend.get_requires_for_build_wheel() == ["kernelpack", "ninja>=1.11"]
 
@@ -377,9 +378,7 @@ def test_doctor_shows_the_toolkit_and_why(
     from kernelpack.cli import main
 
     provisioned(environ(wheels, site=torch_site))
-    for name, value in environ(wheels, site=torch_site).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    _use(monkeypatch, environ(wheels, site=torch_site))
     monkeypatch.chdir(torch_site)
     assert main(["doctor"]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("toolkit")]

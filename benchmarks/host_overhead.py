@@ -14,6 +14,13 @@ the median per variant is kept. The variants peel the layers off one at a time:
   the stable-ABI boxing, the binding and the kernel launch);
 - ``torch.empty_like``, ``torch.neg``: an allocation and a one-kernel aten op, for scale.
 
+Each wrapper is also set against the eager torch code it replaces, with gradients off (no
+input requires grad) and on (``x`` and ``weight`` require grad, so every call records a graph):
+``overhead_us`` is wrapper minus eager, against the target of at most 1 us. Then
+``torch.profiler`` records 200 calls of each pair and splits each call into host time (the
+CPU time of the outermost op, from the profiler's own events) and GPU time (the CUDA kernel
+time of those calls), so what the loop timing shows as host cost is not GPU work.
+
 Usage: ``python benchmarks/host_overhead.py [--out host.json] [--label after]``
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -71,6 +79,63 @@ def repeat(fn: Callable[[], Any], context: Callable[[], Any] | None = None) -> L
     return loop
 
 
+#: Pairs of (wrapper, the eager torch code it replaces), gradients off and on.
+PAIRS = (
+    ("rmsnorm", "rmsnorm wrapper", "F.rms_norm"),
+    ("rmsnorm, grad", "rmsnorm wrapper, grad", "F.rms_norm, grad"),
+    ("rmsnorm residual", "rmsnorm residual wrapper", "F.rms_norm(x + r)"),
+    ("rmsnorm residual, grad", "rmsnorm residual wrapper, grad", "F.rms_norm(x + r), grad"),
+    ("silu_mul", "silu_mul wrapper", "F.silu(a) * b"),
+    ("silu_mul, grad", "silu_mul wrapper, grad", "F.silu(a) * b, grad"),
+)
+#: The most host time a wrapper may add to the eager op it replaces (microseconds).
+TARGET_US = 1.0
+
+
+def overheads(results: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Wrapper minus eager for each pair of `PAIRS` present in `results`."""
+    table: dict[str, dict[str, float]] = {}
+    for name, ours, eager in PAIRS:
+        if ours in results and eager in results:
+            table[name] = {
+                "wrapper_us": results[ours],
+                "eager_us": results[eager],
+                "overhead_us": results[ours] - results[eager],
+            }
+    return table
+
+
+def profile(variants: dict[str, Loop], names: Sequence[str], calls: int = 200) -> dict[str, Any]:
+    """Host and GPU microseconds per call of each named variant, from torch.profiler.
+
+    Host time per call is the wall time of the profiled loop over `calls`, less nothing: the
+    profiler adds its own cost to every op, so these figures are compared with each other,
+    not with `measure`'s. GPU time per call is the summed CUDA kernel time over `calls`.
+    """
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    out: dict[str, Any] = {}
+    for name in names:
+        loop = variants[name]
+        loop(50)
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            began = time.perf_counter()
+            loop(calls)
+            host = (time.perf_counter() - began) / calls * 1e6
+            torch.cuda.synchronize()
+        events = prof.key_averages()
+        gpu = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / calls
+        top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+        out[name] = {
+            "host_us_per_call_profiled": host,
+            "gpu_us_per_call": gpu,
+            "top_self_cpu_us_per_call": {e.key: e.self_cpu_time_total / calls for e in top},
+        }
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -85,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     x = torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
     xs = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn_like(x)
+    xg, wg, rg = (t.clone().requires_grad_() for t in (x, w, r))
+    xsg = xs.clone().requires_grad_()
     fwd = ops.forward.default
     silu_fwd = silu_ops.forward.default
     below = torch._C._AutoDispatchBelowAutograd
@@ -99,19 +167,76 @@ def main(argv: Sequence[str] | None = None) -> int:
         "silu_mul wrapper": repeat(lambda: silu_mul.silu_mul(xs)),
         "silu_mul op, below autograd": repeat(lambda: silu_fwd(xs), below),
         "F.silu(a) * b": repeat(lambda: F.silu(xs[:, :2048]) * xs[:, 2048:]),
+        "rmsnorm wrapper, grad": repeat(lambda: rmsnorm.rms_norm(xg, wg)),
+        "F.rms_norm, grad": repeat(lambda: F.rms_norm(xg, (2048,), wg, 1e-6)),
+        "rmsnorm residual wrapper": repeat(lambda: rmsnorm.rms_norm(x, w, residual=r)),
+        "F.rms_norm(x + r)": repeat(lambda: eager_residual(x, r, w)),
+        "rmsnorm residual wrapper, grad": repeat(lambda: rmsnorm.rms_norm(xg, wg, residual=rg)),
+        "F.rms_norm(x + r), grad": repeat(lambda: eager_residual(xg, rg, wg)),
+        "silu_mul wrapper, grad": repeat(lambda: silu_mul.silu_mul(xsg)),
+        "F.silu(a) * b, grad": repeat(lambda: F.silu(xsg[:, :2048]) * xsg[:, 2048:]),
         "torch.empty_like": repeat(lambda: torch.empty_like(x)),
         "torch.neg": repeat(lambda: torch.neg(x)),
         "x.contiguous()": repeat(lambda: x.contiguous()),
     }
     results = measure(variants)
     for name, us in results.items():
-        print(f"{args.label:8s} {name:30s} {us:7.2f} us/call", flush=True)
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        print(f"{args.label:8s} {name:32s} {us:7.2f} us/call", flush=True)
+    table = overheads(results)
+    print(f"\n| op | wrapper us | eager us | overhead us (target <= {TARGET_US:g}) |")
+    print("|---|---|---|---|")
+    for name, row in table.items():
+        print(
+            f"| {name} | {row['wrapper_us']:.2f} | {row['eager_us']:.2f} "
+            f"| {row['overhead_us']:+.2f} |"
+        )
+    profiled = profile(variants, [n for pair in PAIRS for n in pair[1:]])
+    print("\n| variant | host us/call (profiled) | GPU us/call |")
+    print("|---|---|---|")
+    for name, row in profiled.items():
+        print(f"| {name} | {row['host_us_per_call_profiled']:.2f} | {row['gpu_us_per_call']:.2f} |")
+    env = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "driver": torch_driver(),
+        "python": sys.version.split()[0],
+    }
     if args.out:
         args.out.write_text(
-            json.dumps({"environment": env, "label": args.label, "us_per_call": results}, indent=1)
+            json.dumps(
+                {
+                    "environment": env,
+                    "label": args.label,
+                    "target_us": TARGET_US,
+                    "us_per_call": results,
+                    "overhead": table,
+                    "profiler": profiled,
+                },
+                indent=1,
+            )
         )
     return 0
+
+
+def eager_residual(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The eager torch code `rms_norm(x, w, residual=r)` replaces."""
+    h = x + r
+    return F.rms_norm(h, (h.shape[-1],), w, 1e-6), h
+
+
+def torch_driver() -> str | None:
+    """The NVIDIA driver version, as nvidia-smi reports it (None where it cannot)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
 
 
 if __name__ == "__main__":

@@ -5,7 +5,13 @@ router logits (so the rows per expert are uneven, as in use):
 
 - ``mixtral``: H 4096, I 14336, E 8, top-2, T in {4096, 16384};
 - ``deepseek-v3``: H 7168, I 2048, E 256, top-8, T 4096;
-- ``qwen3-30b``: H 2048, I 768, E 128, top-8, T 16384.
+- ``qwen3-30b``: H 2048, I 768, E 128, top-8, T 16384;
+- ``gpt-oss-120b``: H 2880, I 2880, E 128, top-4, T 4096;
+- ``llama-4``: H 5120, I 8192, E 16, top-1 (Scout's routed experts), T 4096.
+
+``--decode`` measures the decode regime instead: 1, 8 and 64 tokens through each of the five
+models' expert layers (a few rows per expert, most experts empty at 1 token), where the GEMMs
+read every active expert's weights once and are bound by memory, not by the tensor cores.
 
 Grouped GEMM (each of the layer's two GEMMs, gate/up [T*k, H] x [E, H, 2I] and down
 [T*k, I] x [E, I, H]): ``moe_ops`` (each tile config), ``torch._grouped_mm`` and a loop of
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -56,6 +63,8 @@ class Layer:
 
     @property
     def label(self) -> str:
+        if self.tokens < 1024:
+            return f"{self.name} T={self.tokens}"
         return f"{self.name} T={self.tokens // 1024}k"
 
     @property
@@ -69,6 +78,19 @@ LAYERS = (
     Layer("mixtral", 4096, 14336, 8, 2, 16384),
     Layer("deepseek-v3", 7168, 2048, 256, 8, 4096),
     Layer("qwen3-30b", 2048, 768, 128, 8, 16384),
+    Layer("gpt-oss-120b", 2880, 2880, 128, 4, 4096),
+    Layer("llama-4", 5120, 8192, 16, 1, 4096),
+)
+#: The five models' expert layers (hidden, intermediate, experts, top-k).
+MODELS = {
+    "qwen3-30b": (2048, 768, 128, 8),
+    "deepseek-v3": (7168, 2048, 256, 8),
+    "mixtral": (4096, 14336, 8, 2),
+    "gpt-oss-120b": (2880, 2880, 128, 4),
+    "llama-4": (5120, 8192, 16, 1),
+}
+DECODE_LAYERS = tuple(
+    Layer(name, *MODELS[name], tokens) for tokens in (1, 8, 64) for name in MODELS
 )
 QUICK_LAYERS = (
     Layer("mixtral", 4096, 14336, 8, 2, 4096),
@@ -306,6 +328,17 @@ def summarise(layer: dict[str, Any]) -> dict[str, Any]:
     ours_name, ours = best("moe_ops[auto]", both)
     torch_name, theirs = best("torch._grouped_mm", both)
     out["grouped_mm_speedup"] = {"ours": ours_name, "torch": torch_name, "x": theirs / ours}
+    per_gemm: dict[str, float] = {}
+    for gemm in ("gate_up", "down"):
+        for lay in ("row-major", "transposed"):
+            rows = {
+                r["impl"]: r["ms"]
+                for r in layer["gemms"]
+                if (r["gemm"], r["layout"]) == (gemm, lay)
+            }
+            if "moe_ops[auto]" in rows and "torch._grouped_mm" in rows:
+                per_gemm[f"{gemm}|{lay}"] = rows["torch._grouped_mm"] / rows["moe_ops[auto]"]
+    out["grouped_mm_speedup_per_gemm"] = per_gemm
     fwd = {f"{r['layout']}|{r['impl']}": r for r in layer["forward"]}
     ours_name, ours = best("moe_ops.moe_forward[auto]", fwd)
     torch_name, theirs = best("torch ops", fwd)
@@ -380,6 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--breakdown", action="store_true", help="only where moe_forward's time goes, per layer"
     )
+    parser.add_argument(
+        "--decode", action="store_true", help="the decode regime: 1, 8 and 64 tokens a layer"
+    )
     args = parser.parse_args(argv)
     import moe_ops
 
@@ -394,8 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out.write_text(json.dumps({"environment": environment(), "breakdown": parts}))
         return 0
     result: dict[str, Any] = {"environment": environment(), "layers": []}
-    for layer in QUICK_LAYERS if args.quick else LAYERS:
-        entry = run_layer(moe, layer, args.quick)
+    layers = QUICK_LAYERS if args.quick else DECODE_LAYERS if args.decode else LAYERS
+    for layer in layers:
+        # The cuBLAS loop launches one GEMM per expert: at decode sizes it measures launches.
+        entry = run_layer(moe, layer, args.quick or args.decode)
         entry["summary"] = summarise(entry)
         result["layers"].append(entry)
         torch.cuda.empty_cache()
@@ -405,6 +443,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         gemm_x = lay["summary"]["grouped_mm_speedup"]["x"]
         forward_x = lay["summary"]["forward_speedup"]["x"]
         print(f"{lay['label']:22s} {gemm_x:20.2f} {forward_x:16.2f}")
+    per_gemm = [
+        x
+        for lay in result["layers"]
+        for x in lay["summary"]["grouped_mm_speedup_per_gemm"].values()
+    ]
+    if per_gemm:
+        result["grouped_mm_per_gemm_geomean"] = math.exp(
+            sum(map(math.log, per_gemm)) / len(per_gemm)
+        )
+        result["grouped_mm_per_gemm_min"] = min(per_gemm)
+        print(
+            f"grouped_mm vs torch._grouped_mm over {len(per_gemm)} GEMMs (auto config): "
+            f"geomean {result['grouped_mm_per_gemm_geomean']:.2f}x, "
+            f"min {result['grouped_mm_per_gemm_min']:.2f}x"
+        )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     if args.png:

@@ -12,6 +12,9 @@ the median per variant is kept. The variants peel the layers off one at a time:
 - ``op, no_grad`` / ``op, inference_mode``: the same with autograd off / excluded;
 - ``op, below autograd``: the same with the autograd dispatch keys skipped (what is left is
   the stable-ABI boxing, the binding and the kernel launch);
+- ``nograd op``: ``forward_nograd``, the same function registered without an autograd
+  kernel (the dispatcher's C++ fallback), which the wrappers call when nothing is recorded;
+- ``op, grad``: the op with a graph recorded through its registered (Python) autograd kernel;
 - ``torch.empty_like``, ``torch.neg``: an allocation and a one-kernel aten op, for scale.
 
 Each wrapper is also set against the eager torch code it replaces, with gradients off (no
@@ -175,10 +178,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "F.rms_norm(x + r), grad": repeat(lambda: eager_residual(xg, rg, wg)),
         "silu_mul wrapper, grad": repeat(lambda: silu_mul.silu_mul(xsg)),
         "F.silu(a) * b, grad": repeat(lambda: F.silu(xsg[:, :2048]) * xsg[:, 2048:]),
+        # The registered autograd kernel with a graph recorded: the wrappers' graph path
+        # before they had their own autograd.Function.
+        "rmsnorm op, grad": repeat(lambda: fwd(xg, wg, 1e-6)),
+        "silu_mul op, grad": repeat(lambda: silu_fwd(xsg)),
         "torch.empty_like": repeat(lambda: torch.empty_like(x)),
         "torch.neg": repeat(lambda: torch.neg(x)),
         "x.contiguous()": repeat(lambda: x.contiguous()),
     }
+    if hasattr(ops, "forward_nograd"):  # the op without an autograd kernel (llm_ops._dispatch)
+        nograd = ops.forward_nograd.default
+        silu_nograd = silu_ops.forward_nograd.default
+        variants["rmsnorm nograd op"] = repeat(lambda: nograd(x, w, 1e-6))
+        variants["silu_mul nograd op"] = repeat(lambda: silu_nograd(xs))
     results = measure(variants)
     for name, us in results.items():
         print(f"{args.label:8s} {name:32s} {us:7.2f} us/call", flush=True)

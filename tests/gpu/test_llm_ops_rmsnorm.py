@@ -184,3 +184,65 @@ def test_opcheck_backward(rmsnorm: ModuleType, with_residual_grad: bool) -> None
     grad = torch.randn_like(x)
     residual_grad = torch.randn_like(x) if with_residual_grad else None
     torch.library.opcheck(_ops(rmsnorm).backward.default, (grad, x, w, rstd, residual_grad))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_nograd_ops(rmsnorm: ModuleType, dtype: torch.dtype) -> None:
+    # The ops without an autograd kernel, as the wrapper calls them: nothing requires grad.
+    x, w = _inputs((6, 520), dtype)
+    residual = torch.randn_like(x)
+    torch.library.opcheck(_ops(rmsnorm).forward_nograd.default, (x, w, EPS))
+    torch.library.opcheck(_ops(rmsnorm).forward_residual_nograd.default, (x, residual, w, EPS))
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_the_three_call_paths_give_one_result(rmsnorm: ModuleType, residual: bool) -> None:
+    # llm_ops._dispatch: the nograd op (nothing recorded), the autograd.Function (eager graph)
+    # and the registered op with its registered autograd formula (what torch.compile traces)
+    # must give bit-identical outputs and gradients.
+    x, w = _inputs((37, 4096), torch.bfloat16)
+    r = torch.randn_like(x)
+    grads = [torch.randn_like(x), torch.randn_like(x)]
+    ops = _ops(rmsnorm)
+
+    def run(how: str) -> list[torch.Tensor]:
+        xs, ws, rs = (t.detach().clone().requires_grad_(how != "plain") for t in (x, w, r))
+        if how == "registered":
+            outs = (
+                ops.forward_residual(xs, rs, ws, EPS)[:2]
+                if residual
+                else ops.forward(xs, ws, EPS)[:1]
+            )
+        else:
+            got = (
+                rmsnorm.rms_norm(xs, ws, EPS, residual=rs)
+                if residual
+                else rmsnorm.rms_norm(xs, ws, EPS)
+            )
+            outs = got if residual else (got,)
+        result = [o.detach() for o in outs]
+        if how != "plain":
+            torch.autograd.backward(list(outs), grads[: len(outs)])
+            result += [t.grad for t in ((xs, rs, ws) if residual else (xs, ws))]
+        return result
+
+    plain, recorded, registered = run("plain"), run("recorded"), run("registered")
+    for a, b in zip(plain, recorded, strict=False):
+        assert torch.equal(a, b)
+    assert len(recorded) == len(registered)
+    for a, b in zip(recorded, registered, strict=True):
+        assert a is not None and b is not None and torch.equal(a, b)
+
+
+def test_a_graph_through_only_the_sum_reaches_x_and_residual(rmsnorm: ModuleType) -> None:
+    # With only the new residual used, the normalised output gets no gradient (None).
+    x, w = _inputs((8, 256), torch.bfloat16)
+    r = torch.randn_like(x)
+    for t in (x, w, r):
+        t.requires_grad_()
+    _, h = rmsnorm.rms_norm(x, w, EPS, residual=r)
+    grad_h = torch.randn_like(h)
+    h.backward(grad_h)
+    assert x.grad is not None and r.grad is not None and w.grad is not None
+    assert torch.equal(x.grad, grad_h) and torch.equal(r.grad, grad_h)
+    assert torch.equal(w.grad, torch.zeros_like(w))

@@ -1,29 +1,39 @@
-"""How the wrappers call their ops when no gradient is needed: below the autograd keys.
+"""Which of its three paths a wrapper takes for a call (one rule for every op of llm_ops).
 
-`torch.library.register_autograd` puts a Python function at the op's Autograd dispatch key;
-every call goes from the dispatcher into Python and back, even when nothing requires a
-gradient (6-12 us of host time per call on the H200 machine's CPU, measured in
-`benchmarks/results/host-overhead-h200-ab.json`). When autograd would
-not record anything -- grad mode off, or no input requiring grad -- that function only
-re-dispatches below autograd (`torch._library.autograd`'s ``forward_no_grad``); the wrappers
-do that step themselves, which skips the round trip. While torch.compile traces, the
-wrappers take the ordinary path, so the traced graph is the same as before.
+Each op comes twice from C++: ``forward`` with its autograd formula registered in Python
+(``torch.library.register_autograd``) and ``forward_nograd``, the same function with none.
+A Python autograd kernel is a round trip from the dispatcher into Python and back on every
+call, graph or not (6-12 us of host time per call on the H200 machine's CPU,
+``benchmarks/results/host-overhead-h200-ab.json``); the dispatcher's own C++ autograd
+fallback, which ``forward_nograd`` gets, passes a call that records nothing straight on to
+the kernel. So, per call:
+
+- `PLAIN` (eager, and autograd records nothing: grad mode off or no input requires grad):
+  ``forward_nograd``, called directly;
+- `RECORD` (eager, and a graph is recorded): the op's ``torch.autograd.Function``, whose
+  forward calls ``forward_nograd`` and whose backward is the op's backward kernel, the same
+  formula as the registered one with one Python layer instead of the dispatcher's round trip;
+- `COMPILING` (torch.compile is tracing): ``forward``, so the traced graph holds the
+  registered op with its registered autograd formula.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["below_autograd", "no_autograd"]
+__all__ = ["COMPILING", "PLAIN", "RECORD", "path"]
 
-#: Excludes the autograd dispatch keys for the block (what the autograd kernel itself uses).
-below_autograd = torch._C._AutoDispatchBelowAutograd
+PLAIN = 0
+RECORD = 1
+COMPILING = 2
 
 
-def no_autograd(*tensors: torch.Tensor) -> bool:
-    """True when autograd would record nothing for an op on `tensors` (eager mode only)."""
+def path(*tensors: torch.Tensor) -> int:
+    """`PLAIN`, `RECORD` or `COMPILING` for an op on `tensors` (see the module's text)."""
     if torch.compiler.is_compiling():
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    return not any(t.requires_grad for t in tensors)
+        return COMPILING
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t.requires_grad:
+                return RECORD
+    return PLAIN

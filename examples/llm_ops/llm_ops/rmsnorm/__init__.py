@@ -20,7 +20,7 @@ import torch
 
 from kernelpack_runtime import ops_namespace
 
-from .._dispatch import below_autograd, no_autograd
+from .._dispatch import PLAIN, RECORD, path
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 
 __all__ = [
@@ -47,6 +47,8 @@ _ops: Any = getattr(torch.ops, NAMESPACE)
 # overload on every call (under 1 us, but for nothing).
 _forward = _ops.forward.default
 _forward_residual = _ops.forward_residual.default
+_forward_nograd = _ops.forward_nograd.default
+_forward_residual_nograd = _ops.forward_residual_nograd.default
 _backward_op = _ops.backward.default
 
 
@@ -88,25 +90,63 @@ def rms_norm(
     """
     x, weight = x.contiguous(), weight.contiguous()
     if residual is None:
-        if no_autograd(x, weight):
-            with below_autograd():
-                y, _ = _forward(x, weight, eps)
-        else:
-            y, _ = _forward(x, weight, eps)
-        return y
+        how = path(x, weight)
+        if how == PLAIN:
+            return _forward_nograd(x, weight, eps)[0]  # type: ignore[no-any-return]
+        if how == RECORD:
+            return _RMSNorm.apply(x, weight, eps)  # type: ignore[no-any-return]
+        return _forward(x, weight, eps)[0]  # type: ignore[no-any-return]
     residual = residual.contiguous()
-    if no_autograd(x, residual, weight):
-        with below_autograd():
-            y, new_residual, _ = _forward_residual(x, residual, weight, eps)
+    how = path(x, residual, weight)
+    if how == PLAIN:
+        y, new_residual, _ = _forward_residual_nograd(x, residual, weight, eps)
+    elif how == RECORD:
+        y, new_residual = _RMSNormResidual.apply(x, residual, weight, eps)
     else:
         y, new_residual, _ = _forward_residual(x, residual, weight, eps)
     return y, new_residual
+
+
+class _RMSNorm(torch.autograd.Function):
+    """The eager graph-recording path of ``rms_norm`` (`llm_ops._dispatch`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        y, rstd = _forward_nograd(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return _backward_forward(ctx, grad_y, None)
+
+
+class _RMSNormResidual(torch.autograd.Function):
+    """The eager graph-recording path of ``rms_norm(..., residual=)``."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        y, new_residual, rstd = _forward_residual_nograd(x, residual, weight, eps)
+        ctx.save_for_backward(new_residual, weight, rstd)
+        ctx.set_materialize_grads(False)
+        return y, new_residual
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_y: torch.Tensor | None, grad_new_residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        if grad_y is None:  # only the sum was used
+            grad_y = torch.zeros_like(ctx.saved_tensors[0])
+        return _backward_forward_residual(ctx, grad_y, grad_new_residual, None)
 
 
 def _rows_like(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
+@torch.library.register_fake(f"{NAMESPACE}::forward_nograd")
 @torch.library.register_fake(f"{NAMESPACE}::forward")
 def _forward_fake(
     x: torch.Tensor, weight: torch.Tensor, eps: float
@@ -114,6 +154,7 @@ def _forward_fake(
     return torch.empty_like(x), _rows_like(x)
 
 
+@torch.library.register_fake(f"{NAMESPACE}::forward_residual_nograd")
 @torch.library.register_fake(f"{NAMESPACE}::forward_residual")
 def _forward_residual_fake(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float

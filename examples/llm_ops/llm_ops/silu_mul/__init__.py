@@ -17,7 +17,7 @@ import torch
 
 from kernelpack_runtime import ops_namespace
 
-from .._dispatch import below_autograd, no_autograd
+from .._dispatch import PLAIN, RECORD, path
 from . import _C  # noqa: F401  (loading the library registers the ops with torch)
 
 __all__ = [
@@ -39,6 +39,7 @@ NAMESPACE = ops_namespace(__name__)
 _ops: Any = getattr(torch.ops, NAMESPACE)
 # The overloads, resolved once (calling the packet re-matches the schemas on every call).
 _forward = _ops.forward.default
+_forward_nograd = _ops.forward_nograd.default
 _backward_op = _ops.backward.default
 
 
@@ -62,14 +63,28 @@ def vectorised(d: int, dtype: torch.dtype) -> bool:
 def silu_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` for `x` of shape ``[..., 2d]``."""
     x = x.contiguous()
-    if no_autograd(x):
-        with below_autograd():
-            out: torch.Tensor = _forward(x)
-    else:
-        out = _forward(x)
-    return out
+    how = path(x)
+    if how == PLAIN:
+        return _forward_nograd(x)  # type: ignore[no-any-return]
+    if how == RECORD:
+        return _SiluMul.apply(x)  # type: ignore[no-any-return]
+    return _forward(x)  # type: ignore[no-any-return]
 
 
+class _SiluMul(torch.autograd.Function):
+    """The eager graph-recording path of ``silu_mul`` (`llm_ops._dispatch`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return _forward_nograd(x)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return _backward(ctx, grad)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::forward_nograd")
 @torch.library.register_fake(f"{NAMESPACE}::forward")
 def _forward_fake(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))

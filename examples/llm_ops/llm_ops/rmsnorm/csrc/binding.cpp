@@ -141,10 +141,19 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
 
 }  // namespace
 
+// `forward` and `forward_residual` get their autograd formula in Python
+// (torch.library.register_autograd); `*_nograd` are the same functions without one, for the
+// eager calls that record no graph or record it through an autograd.Function: the
+// dispatcher's own C++ autograd fallback passes them straight to the kernel, where a Python
+// autograd kernel would be a round trip through Python on every call.
 KP_STABLE_LIBRARY(m) {
   m.def("forward(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
   m.def(
       "forward_residual(Tensor x, Tensor residual, Tensor weight, float eps)"
+      " -> (Tensor y, Tensor new_residual, Tensor rstd)");
+  m.def("forward_nograd(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
+  m.def(
+      "forward_residual_nograd(Tensor x, Tensor residual, Tensor weight, float eps)"
       " -> (Tensor y, Tensor new_residual, Tensor rstd)");
   m.def(
       "backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd, Tensor? residual_grad)"
@@ -154,6 +163,8 @@ KP_STABLE_LIBRARY(m) {
 KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward", TORCH_BOX(&forward));
   m.impl("forward_residual", TORCH_BOX(&forward_residual));
+  m.impl("forward_nograd", TORCH_BOX(&forward));
+  m.impl("forward_residual_nograd", TORCH_BOX(&forward_residual));
   m.impl("backward", TORCH_BOX(&backward));
 }
 
@@ -162,5 +173,7 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
 KP_STABLE_LIBRARY_IMPL(CPU, m) {
   m.impl("forward", TORCH_BOX(&forward));
   m.impl("forward_residual", TORCH_BOX(&forward_residual));
+  m.impl("forward_nograd", TORCH_BOX(&forward));
+  m.impl("forward_residual_nograd", TORCH_BOX(&forward_residual));
   m.impl("backward", TORCH_BOX(&backward));
 }

@@ -80,13 +80,19 @@ Tensor backward(Tensor grad, Tensor x) {
 
 }  // namespace
 
+// `forward` gets its autograd formula in Python (torch.library.register_autograd);
+// `forward_nograd` is the same function without one, for the eager calls that record no
+// graph or record it through an autograd.Function (the dispatcher's C++ autograd fallback
+// passes it straight to the kernel, with no round trip through Python).
 KP_STABLE_LIBRARY(m) {
   m.def("forward(Tensor x) -> Tensor");
+  m.def("forward_nograd(Tensor x) -> Tensor");
   m.def("backward(Tensor grad, Tensor x) -> Tensor grad_x");
 }
 
 KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward", TORCH_BOX(&forward));
+  m.impl("forward_nograd", TORCH_BOX(&forward));
   m.impl("backward", TORCH_BOX(&backward));
 }
 
@@ -94,5 +100,6 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
 // message ("... must be a CUDA tensor") rather than the dispatcher's "Could not run".
 KP_STABLE_LIBRARY_IMPL(CPU, m) {
   m.impl("forward", TORCH_BOX(&forward));
+  m.impl("forward_nograd", TORCH_BOX(&forward));
   m.impl("backward", TORCH_BOX(&backward));
 }

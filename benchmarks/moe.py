@@ -183,7 +183,7 @@ def gemm_rows(
     impls: dict[str, Fn] = {
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16),
     }
-    for config in ("auto", "cooperative", "pingpong"):
+    for config in ("auto", "cooperative", "pingpong", "small"):
         impls[f"moe_ops[{config}]"] = lambda c=config: moe.grouped_mm(x, w, offsets, config=c)
     if not quick:
         impls["cublas-loop"] = cublas_loop(x, w, counts)
@@ -228,7 +228,7 @@ def forward_rows(
     impls: dict[str, Fn] = {
         "torch ops + torch._grouped_mm": lambda: torch_moe(x, logits, w_gate_up, w_down, k),
     }
-    for config in ("auto", "cooperative", "pingpong"):
+    for config in ("auto", "cooperative", "pingpong", "small"):
         impls[f"moe_ops.moe_forward[{config}]"] = lambda c=config: moe.moe_forward(
             x, logits, interleaved, w_down, k, gate_up_interleaved=True, config=c
         )

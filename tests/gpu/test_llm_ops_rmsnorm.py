@@ -193,11 +193,13 @@ def test_opcheck_nograd_ops(rmsnorm: ModuleType, dtype: torch.dtype) -> None:
     residual = torch.randn_like(x)
     torch.library.opcheck(_ops(rmsnorm).forward_nograd.default, (x, w, EPS))
     torch.library.opcheck(_ops(rmsnorm).forward_residual_nograd.default, (x, residual, w, EPS))
+    torch.library.opcheck(_ops(rmsnorm).infer.default, (x, w, EPS))
+    torch.library.opcheck(_ops(rmsnorm).infer_residual.default, (x, residual, w, EPS))
 
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 def test_the_three_call_paths_give_one_result(rmsnorm: ModuleType, residual: bool) -> None:
-    # llm_ops._dispatch: the nograd op (nothing recorded), the autograd.Function (eager graph)
+    # llm_ops._dispatch: the infer op (nothing recorded), the autograd.Function (eager graph)
     # and the registered op with its registered autograd formula (what torch.compile traces)
     # must give bit-identical outputs and gradients.
     x, w = _inputs((37, 4096), torch.bfloat16)

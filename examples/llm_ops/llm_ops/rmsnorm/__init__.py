@@ -49,6 +49,8 @@ _forward = _ops.forward.default
 _forward_residual = _ops.forward_residual.default
 _forward_nograd = _ops.forward_nograd.default
 _forward_residual_nograd = _ops.forward_residual_nograd.default
+_infer = _ops.infer.default
+_infer_residual = _ops.infer_residual.default
 _backward_op = _ops.backward.default
 
 
@@ -92,14 +94,14 @@ def rms_norm(
     if residual is None:
         how = path(x, weight)
         if how == PLAIN:
-            return _forward_nograd(x, weight, eps)[0]  # type: ignore[no-any-return]
+            return _infer(x, weight, eps)  # type: ignore[no-any-return]
         if how == RECORD:
             return _RMSNorm.apply(x, weight, eps)  # type: ignore[no-any-return]
         return _forward(x, weight, eps)[0]  # type: ignore[no-any-return]
     residual = residual.contiguous()
     how = path(x, residual, weight)
     if how == PLAIN:
-        y, new_residual, _ = _forward_residual_nograd(x, residual, weight, eps)
+        y, new_residual = _infer_residual(x, residual, weight, eps)
     elif how == RECORD:
         y, new_residual = _RMSNormResidual.apply(x, residual, weight, eps)
     else:
@@ -144,6 +146,18 @@ class _RMSNormResidual(torch.autograd.Function):
 
 def _rows_like(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::infer")
+def _infer_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::infer_residual")
+def _infer_residual_fake(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::forward_nograd")

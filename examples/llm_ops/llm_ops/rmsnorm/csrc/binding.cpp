@@ -65,9 +65,11 @@ void check_same_shape(const Tensor& t, const Tensor& x, const char* name) {
   }
 }
 
+// rstd is allocated and written only when `with_rstd` (what the backward needs).
 std::tuple<Tensor, Tensor, Tensor> forward_impl(const Tensor& x,
                                                 const std::optional<Tensor>& residual,
-                                                const Tensor& w, double eps) {
+                                                const Tensor& w, double eps,
+                                                bool with_rstd = true) {
   const int64_t hidden = check_inputs(x, w);
   if (residual.has_value()) {
     check_row_input(*residual, x, "residual");
@@ -76,12 +78,13 @@ std::tuple<Tensor, Tensor, Tensor> forward_impl(const Tensor& x,
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   Tensor y = llm_ops::empty_like(x);
   Tensor h = residual.has_value() ? llm_ops::empty_like(x) : Tensor();
-  Tensor rstd = llm_ops::empty(x, row_shape(x), aoti_torch_dtype_float32());
+  Tensor rstd =
+      with_rstd ? llm_ops::empty(x, row_shape(x), aoti_torch_dtype_float32()) : Tensor();
   llm_ops::rmsnorm::ForwardArgs args{
       dtype_of(x),
       y.mutable_data_ptr(),
       residual.has_value() ? h.mutable_data_ptr() : nullptr,
-      static_cast<float*>(rstd.mutable_data_ptr()),
+      with_rstd ? static_cast<float*>(rstd.mutable_data_ptr()) : nullptr,
       x.const_data_ptr(),
       residual.has_value() ? residual->const_data_ptr() : nullptr,
       w.const_data_ptr(),
@@ -101,6 +104,16 @@ std::tuple<Tensor, Tensor> forward(Tensor x, Tensor weight, double eps) {
 std::tuple<Tensor, Tensor, Tensor> forward_residual(Tensor x, Tensor residual, Tensor weight,
                                                     double eps) {
   return forward_impl(x, residual, weight, eps);
+}
+
+// Inference: y (and the new residual) only, no rstd.
+Tensor infer(Tensor x, Tensor weight, double eps) {
+  return std::get<0>(forward_impl(x, std::nullopt, weight, eps, false));
+}
+
+std::tuple<Tensor, Tensor> infer_residual(Tensor x, Tensor residual, Tensor weight, double eps) {
+  auto [y, h, rstd] = forward_impl(x, residual, weight, eps, false);
+  return {y, h};
 }
 
 std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor rstd,
@@ -132,9 +145,13 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
       rows,
       hidden};
   const int partials = llm_ops::rmsnorm::backward_partials(args);
-  Tensor workspace = llm_ops::empty(x, {partials, hidden}, aoti_torch_dtype_float32());
+  // One partial (a grid of one CTA) is dw itself: no workspace.
+  Tensor workspace = partials > 1
+                         ? llm_ops::empty(x, {partials, hidden}, aoti_torch_dtype_float32())
+                         : Tensor();
   const char* err = llm_ops::rmsnorm::launch_backward(
-      args, static_cast<float*>(workspace.mutable_data_ptr()), partials, current_stream(x));
+      args, partials > 1 ? static_cast<float*>(workspace.mutable_data_ptr()) : nullptr,
+      partials, current_stream(x));
   STD_TORCH_CHECK(err == nullptr, "rmsnorm backward: CUDA error: ", err);
   return {dx, dw};
 }
@@ -142,10 +159,11 @@ std::tuple<Tensor, Tensor> backward(Tensor dy, Tensor x, Tensor weight, Tensor r
 }  // namespace
 
 // `forward` and `forward_residual` get their autograd formula in Python
-// (torch.library.register_autograd); `*_nograd` are the same functions without one, for the
-// eager calls that record no graph or record it through an autograd.Function: the
-// dispatcher's own C++ autograd fallback passes them straight to the kernel, where a Python
-// autograd kernel would be a round trip through Python on every call.
+// (torch.library.register_autograd). The others have none, so the dispatcher's own C++
+// autograd fallback passes them straight to the kernel, where a Python autograd kernel would
+// be a round trip through Python on every call: `*_nograd` (the same outputs) for the eager
+// graph-recording autograd.Function, `infer*` (no rstd: one allocation and one returned
+// tensor fewer) for the eager calls that record nothing (llm_ops/_dispatch.py).
 KP_STABLE_LIBRARY(m) {
   m.def("forward(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
   m.def(
@@ -155,6 +173,10 @@ KP_STABLE_LIBRARY(m) {
   m.def(
       "forward_residual_nograd(Tensor x, Tensor residual, Tensor weight, float eps)"
       " -> (Tensor y, Tensor new_residual, Tensor rstd)");
+  m.def("infer(Tensor x, Tensor weight, float eps) -> Tensor y");
+  m.def(
+      "infer_residual(Tensor x, Tensor residual, Tensor weight, float eps)"
+      " -> (Tensor y, Tensor new_residual)");
   m.def(
       "backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd, Tensor? residual_grad)"
       " -> (Tensor grad_x, Tensor grad_weight)");
@@ -165,6 +187,8 @@ KP_STABLE_LIBRARY_IMPL(CUDA, m) {
   m.impl("forward_residual", TORCH_BOX(&forward_residual));
   m.impl("forward_nograd", TORCH_BOX(&forward));
   m.impl("forward_residual_nograd", TORCH_BOX(&forward_residual));
+  m.impl("infer", TORCH_BOX(&infer));
+  m.impl("infer_residual", TORCH_BOX(&infer_residual));
   m.impl("backward", TORCH_BOX(&backward));
 }
 
@@ -175,5 +199,7 @@ KP_STABLE_LIBRARY_IMPL(CPU, m) {
   m.impl("forward_residual", TORCH_BOX(&forward_residual));
   m.impl("forward_nograd", TORCH_BOX(&forward));
   m.impl("forward_residual_nograd", TORCH_BOX(&forward_residual));
+  m.impl("infer", TORCH_BOX(&infer));
+  m.impl("infer_residual", TORCH_BOX(&infer_residual));
   m.impl("backward", TORCH_BOX(&backward));
 }

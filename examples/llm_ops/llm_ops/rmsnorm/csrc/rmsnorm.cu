@@ -5,7 +5,9 @@
 //   more: one row at hidden >= 2048 bf16, several below), the whole row in registers, every
 //   16-byte load of the row issued before the reduction; a non-persistent grid (a CTA per
 //   group of rows), so the many CTAs an SM holds keep HBM busy. Without a residual the
-//   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward);
+//   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward), and w
+//   is loaded after the reduction; a grid that fits the SMs (small batches) is not capped
+//   and loads w with x (forward_rows);
 // - the backward takes the staged kernel: a persistent grid (as many CTAs as fit on the
 //   device) walks the rows with a grid stride; each CTA copies its next row into shared
 //   memory with cp.async while it reduces and writes the current one. (The staged forward is
@@ -15,7 +17,8 @@
 //
 // The backward keeps each CTA's share of dw in fp32 shared memory (each thread owns fixed
 // columns, so no atomics), writes one partial row per CTA, and a small kernel sums the
-// partials into dw: deterministic, and graph-capturable.
+// partials into dw: deterministic, and graph-capturable. A grid of one CTA (a batch of one
+// row) writes dw itself, in one launch.
 //
 // Other rows (odd hidden sizes, unaligned views) take the register kernels, which hold a row
 // slice in registers (up to 16 elements a thread, 1024 threads: hidden <= 16384).
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
     const float rstd = rsqrtf(block_sum(sum_sq, scratch[parity]) * inv_hidden + eps);
     parity ^= 1;
-    if (threadIdx.x == 0) {
+    if (rstd_out != nullptr && threadIdx.x == 0) {
       rstd_out[row] = rstd;
     }
     V* y_row = reinterpret_cast<V*>(y + offset);
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 template <typename T, int VEC, int NV, bool DRESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
-    backward_kernel(T* __restrict__ dx, float* __restrict__ dw_partial,
+    backward_kernel(T* __restrict__ dx, float* __restrict__ dw_partial, T* __restrict__ dw_direct,
                     const T* __restrict__ dy, const T* __restrict__ x,
                     const T* __restrict__ w, const float* __restrict__ rstd,
                     const T* __restrict__ dresidual, int64_t rows, int hidden) {
@@ -284,6 +287,19 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
   }
 
+  if (dw_direct != nullptr) {  // a grid of one CTA: its share is dw (no reduce kernel)
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * threads;
+      if (j < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          dw_direct[j * VEC + e] = from_float<T>(acc[(k * VEC + e) * threads + threadIdx.x]);
+        }
+      }
+    }
+    return;
+  }
   float* partial = dw_partial + static_cast<int64_t>(blockIdx.x) * hidden;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
@@ -411,7 +427,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     const float rstd = rsqrtf(block_sum(sum_sq, scratch[parity]) * inv_hidden + eps);
     parity ^= 1;
-    if (threadIdx.x == 0) {
+    if (rstd_out != nullptr && threadIdx.x == 0) {
       rstd_out[row] = rstd;
     }
 #pragma unroll
@@ -584,7 +600,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads<NV>, kRowsMinBlocks<NV, OCCUPY
     return;
   }
   const float rstd = rsqrtf(sum_sq * inv_hidden + eps);
-  if (threadIdx.x == 0) {
+  if (rstd_out != nullptr && threadIdx.x == 0) {
     rstd_out[row] = rstd;
   }
   if constexpr (OCCUPY) {
@@ -607,7 +623,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads<NV>, kRowsMinBlocks<NV, OCCUPY
 
 template <typename T, int NV, int STAGES, bool DRESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
-    backward_staged_kernel(T* __restrict__ dx, float* __restrict__ dw_partial,
+    backward_staged_kernel(T* __restrict__ dx, float* __restrict__ dw_partial, T* __restrict__ dw_direct,
                            const T* __restrict__ dy, const T* __restrict__ x,
                            const T* __restrict__ w, const float* __restrict__ rstd,
                            const T* __restrict__ dresidual, int64_t rows, int hidden) {
@@ -712,6 +728,24 @@ __global__ void __launch_bounds__(kMaxThreads)
     stage = stage == STAGES - 1 ? 0 : stage + 1;
   }
 
+  if (dw_direct != nullptr) {  // a grid of one CTA: its share is dw (no reduce kernel)
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = threadIdx.x + k * threads;
+      if (j < nvec) {
+#pragma unroll
+        for (int q = 0; q < VEC / 4; ++q) {
+          const float4 v = acc[(k * VEC / 4 + q) * threads + threadIdx.x];
+          T* out = dw_direct + j * VEC + q * 4;
+          out[0] = from_float<T>(v.x);
+          out[1] = from_float<T>(v.y);
+          out[2] = from_float<T>(v.z);
+          out[3] = from_float<T>(v.w);
+        }
+      }
+    }
+    return;
+  }
   float* partial = dw_partial + static_cast<int64_t>(blockIdx.x) * hidden;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
@@ -774,6 +808,18 @@ const char* last_error() {
 }
 
 // CTAs of `fn` that fit on the device at once (at least 1), capped at `rows`.
+// Whether `ctas` CTAs are at most one an SM of the current device.
+bool fits_the_sms(int64_t ctas) {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return ctas <= sms;
+}
+
 int resident_grid(const void* fn, int threads, size_t smem, int64_t rows) {
   int device = 0;
   int sms = 0;
@@ -975,6 +1021,15 @@ void forward_rows(const ForwardArgs& a, const RowsPlan& p, cudaStream_t stream) 
       return;
   }
 #else
+  if constexpr (!RESIDUAL && kRowsOccupyPlain) {
+    // A grid no larger than the SMs gives every CTA an SM of its own: the register cap buys
+    // nothing there, and w loaded with x (not after the reduction) takes a memory latency
+    // off each row's critical path (small batches: decode).
+    if (fits_the_sms((a.rows + p.rows_per_cta - 1) / p.rows_per_cta)) {
+      forward_rows_nv<T, RESIDUAL, kRowsHint, false>(a, p, stream);
+      return;
+    }
+  }
   forward_rows_nv<T, RESIDUAL, kRowsHint, !RESIDUAL && kRowsOccupyPlain>(a, p, stream);
 #endif
 }
@@ -1133,9 +1188,15 @@ void backward_typed(const BackwardArgs& a, float* workspace, int partials,
   const float* rstd = a.rstd;
   int64_t rows = a.rows;
   int hidden = static_cast<int>(a.hidden);
-  void* params[] = {&dx, &workspace, &dy, &x, &w, &rstd,
+  // One CTA: it writes dw itself, and the reduce kernel is not launched (small batches:
+  // one launch instead of two; the same sum, so the same bits).
+  T* dw_direct = partials == 1 ? static_cast<T*>(a.dw) : nullptr;
+  void* params[] = {&dx, &workspace, &dw_direct, &dy, &x, &w, &rstd,
                     &dres, &rows, &hidden};
   cudaLaunchKernel(k.fn, dim3(partials), dim3(k.threads), params, k.smem, stream);
+  if (dw_direct != nullptr) {
+    return;
+  }
   const dim3 block(kReduceCols, kReduceSlices);
   const auto grid = static_cast<unsigned>((a.hidden + kReduceCols - 1) / kReduceCols);
   dw_reduce_kernel<T><<<grid, block, 0, stream>>>(static_cast<T*>(a.dw), workspace, partials,

@@ -22,7 +22,7 @@ struct ForwardArgs {
   DType dtype;
   void* y;
   void* h;  // nullptr unless `residual` is set
-  float* rstd;
+  float* rstd;  // nullptr: not written (inference)
   const void* x;
   const void* residual;  // may be nullptr
   const void* w;
@@ -49,7 +49,8 @@ struct BackwardArgs {
 // Returns nullptr on success, else a message naming the CUDA error.
 const char* launch_forward(const ForwardArgs& args, cudaStream_t stream);
 
-// Rows of the fp32 [partials, hidden] workspace that `launch_backward` needs (>= 1).
+// Rows of the fp32 [partials, hidden] workspace that `launch_backward` needs (>= 1); with
+// one, the backward writes dw itself and takes no workspace (nullptr).
 int backward_partials(const BackwardArgs& args);
 
 const char* launch_backward(const BackwardArgs& args, float* workspace, int partials,

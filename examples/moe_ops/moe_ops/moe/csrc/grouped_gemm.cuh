@@ -57,6 +57,15 @@ struct PingpongConfig {
   using ClusterShape = Shape<_1, _2, _1>;
 };
 
+// Decode sizes: a 64-row tile wastes less of the MMA on one-row experts, and the 64-column
+// tile doubles the CTAs that stream an expert's weights; no cluster (nothing to multicast).
+struct SmallConfig {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  using TileShape = Shape<_64, _64, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+};
+
 using LayoutA = cutlass::layout::RowMajor;
 using LayoutD = cutlass::layout::RowMajor;
 
@@ -82,6 +91,7 @@ struct EpilogueFor<Config, true> {
 
 template <class Config, class LayoutB, bool SiluMul>
 struct Gemm {
+  static constexpr bool kSiluMul = SiluMul;
   using CollectiveEpilogue = typename EpilogueFor<Config, SiluMul>::Op;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
@@ -269,10 +279,7 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
   arguments.epilogue.dC = arrays.stride_d;
   arguments.epilogue.ptr_D = arrays.d;
   arguments.epilogue.dD = arrays.stride_d;
-  if constexpr (!std::is_same_v<typename G::CollectiveEpilogue,
-                                typename EpilogueFor<CooperativeConfig, true>::Op> &&
-                !std::is_same_v<typename G::CollectiveEpilogue,
-                                typename EpilogueFor<PingpongConfig, true>::Op>) {
+  if constexpr (!G::kSiluMul) {
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
   }

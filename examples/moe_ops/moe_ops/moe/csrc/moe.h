@@ -14,7 +14,14 @@ enum class GemmConfig : int {
   kCooperative = 1,  // 128x256x64 tile, two consumer warpgroups on one tile, cluster 1x2
   kPingpong = 2,     // 128x128x64 tile, two consumer warpgroups on alternate tiles (one's
                      // epilogue overlaps the other's main loop), cluster 1x2
+  kSmall = 3,        // 64x64x128 pingpong tile, cluster 1x1: for a few rows an expert
+                     // (decode), where the GEMM streams the weights and the number of
+                     // tiles (CTAs reading them) sets the bandwidth
 };
+
+// `kAuto` takes kSmall when the rows an expert average at most this (m_total <= groups *
+// kSmallRowsPerGroup), else kCooperative (docs/moe_ops.md: the rule and its measurements).
+constexpr int64_t kSmallRowsPerGroup = 4;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;
@@ -76,6 +83,10 @@ MOE_OPS_DECLARE_GEMM(gemm_silu_coop_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_coop_colb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_pong_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_pong_colb)
+MOE_OPS_DECLARE_GEMM(gemm_small_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_small_colb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_small_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_small_colb)
 #undef MOE_OPS_DECLARE_GEMM
 
 // Router logits' element type.

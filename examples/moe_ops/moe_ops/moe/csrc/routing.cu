@@ -246,11 +246,16 @@ const char* combine(const void* y_sorted, const float* weights, const int32_t* r
 
 GemmConfig gemm_config_for(const GroupedGemmArgs& args) {
   if (args.config == static_cast<int>(GemmConfig::kCooperative) ||
-      args.config == static_cast<int>(GemmConfig::kPingpong)) {
+      args.config == static_cast<int>(GemmConfig::kPingpong) ||
+      args.config == static_cast<int>(GemmConfig::kSmall)) {
     return static_cast<GemmConfig>(args.config);
   }
-  // Measured on an H200 (docs/moe_ops.md): the cooperative 128x256 tile is the fastest or
-  // within 3% of it on every layer benchmarked, and far ahead with small experts.
+  // Measured on an H200 (docs/moe_ops.md): with a few rows an expert (decode) the small
+  // tile; otherwise the cooperative 128x256 tile, the fastest or within 3% of it on every
+  // prefill layer benchmarked. Only m_total and the group count are known on the host.
+  if (args.m_total <= args.groups * kSmallRowsPerGroup) {
+    return GemmConfig::kSmall;
+  }
   return GemmConfig::kCooperative;
 }
 
@@ -265,21 +270,23 @@ struct Instantiation {
 };
 
 Instantiation pick(const GroupedGemmArgs& args) {
-  const bool pong = gemm_config_for(args) == GemmConfig::kPingpong;
-  if (args.silu_mul) {
-    if (pong) {
-      return args.b_k_major ? Instantiation{gemm_silu_pong_colb_workspace_size, gemm_silu_pong_colb_run}
-                            : Instantiation{gemm_silu_pong_rowb_workspace_size, gemm_silu_pong_rowb_run};
-    }
-    return args.b_k_major ? Instantiation{gemm_silu_coop_colb_workspace_size, gemm_silu_coop_colb_run}
-                          : Instantiation{gemm_silu_coop_rowb_workspace_size, gemm_silu_coop_rowb_run};
-  }
-  if (pong) {
-    return args.b_k_major ? Instantiation{gemm_pong_colb_workspace_size, gemm_pong_colb_run}
-                          : Instantiation{gemm_pong_rowb_workspace_size, gemm_pong_rowb_run};
-  }
-  return args.b_k_major ? Instantiation{gemm_coop_colb_workspace_size, gemm_coop_colb_run}
-                        : Instantiation{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run};
+  // [config][silu_mul][b_k_major]
+  static constexpr Instantiation table[3][2][2] = {
+      {{{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
+        {gemm_coop_colb_workspace_size, gemm_coop_colb_run}},
+       {{gemm_silu_coop_rowb_workspace_size, gemm_silu_coop_rowb_run},
+        {gemm_silu_coop_colb_workspace_size, gemm_silu_coop_colb_run}}},
+      {{{gemm_pong_rowb_workspace_size, gemm_pong_rowb_run},
+        {gemm_pong_colb_workspace_size, gemm_pong_colb_run}},
+       {{gemm_silu_pong_rowb_workspace_size, gemm_silu_pong_rowb_run},
+        {gemm_silu_pong_colb_workspace_size, gemm_silu_pong_colb_run}}},
+      {{{gemm_small_rowb_workspace_size, gemm_small_rowb_run},
+        {gemm_small_colb_workspace_size, gemm_small_colb_run}},
+       {{gemm_silu_small_rowb_workspace_size, gemm_silu_small_rowb_run},
+        {gemm_silu_small_colb_workspace_size, gemm_silu_small_colb_run}}},
+  };
+  const int config = static_cast<int>(gemm_config_for(args)) - 1;
+  return table[config][args.silu_mul ? 1 : 0][args.b_k_major ? 1 : 0];
 }
 
 }  // namespace

@@ -69,9 +69,10 @@ ROUTER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_EXPERTS = 1024
 #: Largest top-k of `moe_forward`.
 MAX_TOP_K = 8
-#: Tile configurations: "auto" takes "small" when the rows an expert average at most 4
-#: (decode; the rule is moe.h's kSmallRowsPerGroup: only the row and expert counts are known
-#: on the host) and "cooperative" otherwise (the fastest or within 3% of it on every prefill layer
+#: Tile configurations: "auto" takes "small" at decode sizes, when at most 4 rows an expert
+#: on average and the cooperative tiles of the experts that can have rows would fill less
+#: than half the SMs (moe.h's rule: only the row count, the expert count and N are known on
+#: the host), else "cooperative" (the fastest or within 3% of it on every prefill layer
 #: benchmarked, see docs/moe_ops.md); the others force one.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3}
 

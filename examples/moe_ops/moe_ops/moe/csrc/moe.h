@@ -20,7 +20,8 @@ enum class GemmConfig : int {
 };
 
 // `kAuto` takes kSmall when the rows an expert average at most this (m_total <= groups *
-// kSmallRowsPerGroup), else kCooperative (docs/moe_ops.md: the rule and its measurements).
+// kSmallRowsPerGroup) and the cooperative tiles of the experts that can have rows would
+// fill less than half the SMs; else kCooperative (gemm_config_for; docs/moe_ops.md).
 constexpr int64_t kSmallRowsPerGroup = 4;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
@@ -60,8 +61,8 @@ struct GroupedGemmArgs {
   int config;               // GemmConfig
 };
 
-// The configuration `kAuto` resolves to for these arguments.
-GemmConfig gemm_config_for(const GroupedGemmArgs& args);
+// The configuration `kAuto` resolves to for these arguments on a device of `sm_count` SMs.
+GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count);
 
 // Bytes of device workspace the grouped GEMM needs (pointer/stride/shape arrays + CUTLASS's).
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args, int sm_count);

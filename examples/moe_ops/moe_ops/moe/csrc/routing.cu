@@ -244,16 +244,20 @@ const char* combine(const void* y_sorted, const float* weights, const int32_t* r
   return last_error();
 }
 
-GemmConfig gemm_config_for(const GroupedGemmArgs& args) {
+GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   if (args.config == static_cast<int>(GemmConfig::kCooperative) ||
       args.config == static_cast<int>(GemmConfig::kPingpong) ||
       args.config == static_cast<int>(GemmConfig::kSmall)) {
     return static_cast<GemmConfig>(args.config);
   }
-  // Measured on an H200 (docs/moe_ops.md): with a few rows an expert (decode) the small
-  // tile; otherwise the cooperative 128x256 tile, the fastest or within 3% of it on every
-  // prefill layer benchmarked. Only m_total and the group count are known on the host.
-  if (args.m_total <= args.groups * kSmallRowsPerGroup) {
+  // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count and N are known on
+  // the host. With a few rows an expert (decode), at most min(groups, m_total) experts have
+  // rows, each one 128x256 tile high: when those tiles would fill less than half the SMs,
+  // the small tile's four times as many CTAs stream the weights faster. Otherwise the
+  // cooperative tile: the fastest or within 3% of it on every prefill layer benchmarked.
+  const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
+  const int64_t coop_tiles = active * ((args.n + 255) / 256);
+  if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
     return GemmConfig::kSmall;
   }
   return GemmConfig::kCooperative;
@@ -269,7 +273,7 @@ struct Instantiation {
   RunFn run;
 };
 
-Instantiation pick(const GroupedGemmArgs& args) {
+Instantiation pick(const GroupedGemmArgs& args, int sm_count) {
   // [config][silu_mul][b_k_major]
   static constexpr Instantiation table[3][2][2] = {
       {{{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
@@ -285,19 +289,19 @@ Instantiation pick(const GroupedGemmArgs& args) {
        {{gemm_silu_small_rowb_workspace_size, gemm_silu_small_rowb_run},
         {gemm_silu_small_colb_workspace_size, gemm_silu_small_colb_run}}},
   };
-  const int config = static_cast<int>(gemm_config_for(args)) - 1;
+  const int config = static_cast<int>(gemm_config_for(args, sm_count)) - 1;
   return table[config][args.silu_mul ? 1 : 0][args.b_k_major ? 1 : 0];
 }
 
 }  // namespace
 
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args, int sm_count) {
-  return pick(args).workspace(args.groups, sm_count);
+  return pick(args, sm_count).workspace(args.groups, sm_count);
 }
 
 const char* grouped_gemm(const GroupedGemmArgs& args, void* workspace, size_t workspace_bytes,
                          int sm_count, cudaStream_t stream) {
-  return pick(args).run(args, workspace, workspace_bytes, sm_count, stream);
+  return pick(args, sm_count).run(args, workspace, workspace_bytes, sm_count, stream);
 }
 
 }  // namespace moe_ops

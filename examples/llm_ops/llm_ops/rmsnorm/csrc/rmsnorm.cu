@@ -8,7 +8,8 @@
 //   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward), and w
 //   is loaded after the reduction; a grid that fits the SMs (small batches) is not capped
 //   and loads w with x (forward_rows);
-// - the backward takes the staged kernel: a persistent grid (as many CTAs as fit on the
+// - the backward takes the staged kernel (the register kernel when the batch has at most a
+//   row an SM): a persistent grid (as many CTAs as fit on the
 //   device) walks the rows with a grid stride; each CTA copies its next row into shared
 //   memory with cp.async while it reduces and writes the current one. (The staged forward is
 //   kept for rows no row kernel takes.)
@@ -1146,6 +1147,14 @@ template <typename T>
 BackwardKernel pick_backward(const BackwardArgs& a) {
   const bool vec = can_vectorise<T>(a.hidden, {a.dx, a.dy, a.x, a.w, a.dresidual});
   const bool dres = a.dresidual != nullptr;
+  // At most a row an SM (small batches) the staged kernel's pipeline has nothing to overlap:
+  // the register kernel issues every load of its one row at once.
+  if (vec && fits_the_sms(a.rows)) {
+    constexpr int VEC = kVec16<T>;
+    const int64_t nvec = a.hidden / VEC;
+    return dres ? pick_backward_nv<T, VEC, 1, true>(nvec)
+                : pick_backward_nv<T, VEC, 1, false>(nvec);
+  }
   if (vec) {
     constexpr int VEC = kVec16<T>;
     constexpr int NV = kStagedElemsPerThread / VEC;

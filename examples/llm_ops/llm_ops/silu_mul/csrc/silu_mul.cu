@@ -1,7 +1,8 @@
 // SiLU-and-multiply, forward and backward: elementwise over [rows, 2d] -> [rows, d].
 //
 // Grid: blockIdx.y walks rows (with a stride when there are more than 65535), blockIdx.x and
-// the thread index walk the row's VEC-element vectors (16 bytes when d and the pointers
+// the thread index walk the row's VEC-element vectors (smaller CTAs, more of them, when the
+// rows alone would not fill the SMs) (16 bytes when d and the pointers
 // allow, single elements otherwise, so odd d works). Each thread issues the loads of U
 // vectors before it uses the first. All arithmetic is fp32; each output is rounded once.
 #include "silu_mul.h"
@@ -116,12 +117,31 @@ struct Launch {
   dim3 block;
 };
 
+int sm_count() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return sms;
+}
+
 Launch launch_shape(int64_t rows, int64_t nvec) {
   const int64_t per_thread = (nvec + kUnroll - 1) / kUnroll;
-  const int64_t threads =
-      std::clamp<int64_t>((per_thread + 31) / 32 * 32, 64, static_cast<int64_t>(kMaxThreads));
-  const int64_t blocks_x = std::max<int64_t>(1, (per_thread + threads - 1) / threads);
   const int64_t blocks_y = std::max<int64_t>(1, std::min(rows, kMaxGridY));
+  int64_t threads =
+      std::clamp<int64_t>((per_thread + 31) / 32 * 32, 64, static_cast<int64_t>(kMaxThreads));
+  // A grid smaller than the SMs (a few rows: decode) puts a row's vectors on as many SMs as
+  // 64-thread CTAs allow rather than on one CTA of up to 256 threads.
+  const int64_t sms = sm_count();
+  if (blocks_y < sms) {
+    const int64_t wanted_x = std::max<int64_t>(1, sms / blocks_y);
+    const int64_t spread = (per_thread + wanted_x - 1) / wanted_x;
+    threads = std::clamp<int64_t>((spread + 31) / 32 * 32, 64, threads);
+  }
+  const int64_t blocks_x = std::max<int64_t>(1, (per_thread + threads - 1) / threads);
   return {dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
           dim3(static_cast<unsigned>(threads))};
 }

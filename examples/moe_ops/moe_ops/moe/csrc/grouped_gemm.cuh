@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 #include <cuda/atomic>
@@ -30,6 +31,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include "gemv.cuh"
 #include "moe.h"
 #include "silu_mul_epilogue.hpp"
 
@@ -92,6 +94,9 @@ struct EpilogueFor<Config, true> {
 template <class Config, class LayoutB, bool SiluMul>
 struct Gemm {
   static constexpr bool kSiluMul = SiluMul;
+  static constexpr bool kKMajorB = std::is_same_v<LayoutB, cutlass::layout::ColumnMajor>;
+  // The small-tile instantiations also run the decode kernel (gemv.cuh), on the same setup.
+  static constexpr bool kHostsGemv = std::is_same_v<Config, SmallConfig>;
   using CollectiveEpilogue = typename EpilogueFor<Config, SiluMul>::Op;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
@@ -266,6 +271,16 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return cudaGetErrorString(err);
+  }
+  if constexpr (G::kHostsGemv) {
+    if (args.config == static_cast<int>(GemmConfig::kGemv)) {
+      err = launch_gemv<G::kKMajorB, G::kSiluMul>(
+          reinterpret_cast<const void* const*>(arrays.a),
+          reinterpret_cast<const void* const*>(arrays.b),
+          reinterpret_cast<void* const*>(arrays.d), arrays.shapes, args.groups, args.n, args.k,
+          stream);
+      return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+    }
   }
 
   typename G::Adapter::Arguments arguments{};

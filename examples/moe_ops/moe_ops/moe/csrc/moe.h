@@ -17,6 +17,8 @@ enum class GemmConfig : int {
   kSmall = 3,        // 64x64x128 pingpong tile, cluster 1x1: for a few rows an expert
                      // (decode), where the GEMM streams the weights and the number of
                      // tiles (CTAs reading them) sets the bandwidth
+  kGemv = 4,         // no CUTLASS tile: a weight-streaming kernel (gemv.cuh) for one or two
+                     // rows an expert; fp32 accumulation in its own order
 };
 
 // `kAuto` takes kSmall when the rows an expert average at most this (m_total <= groups *

@@ -247,7 +247,8 @@ const char* combine(const void* y_sorted, const float* weights, const int32_t* r
 GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   if (args.config == static_cast<int>(GemmConfig::kCooperative) ||
       args.config == static_cast<int>(GemmConfig::kPingpong) ||
-      args.config == static_cast<int>(GemmConfig::kSmall)) {
+      args.config == static_cast<int>(GemmConfig::kSmall) ||
+      args.config == static_cast<int>(GemmConfig::kGemv)) {
     return static_cast<GemmConfig>(args.config);
   }
   // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count and N are known on
@@ -289,7 +290,11 @@ Instantiation pick(const GroupedGemmArgs& args, int sm_count) {
        {{gemm_silu_small_rowb_workspace_size, gemm_silu_small_rowb_run},
         {gemm_silu_small_colb_workspace_size, gemm_silu_small_colb_run}}},
   };
-  const int config = static_cast<int>(gemm_config_for(args, sm_count)) - 1;
+  // kGemv runs in the small-tile instantiations (after their setup kernel).
+  const GemmConfig resolved = gemm_config_for(args, sm_count);
+  const int config =
+      (resolved == GemmConfig::kGemv ? static_cast<int>(GemmConfig::kSmall)
+                                     : static_cast<int>(resolved)) - 1;
   return table[config][args.silu_mul ? 1 : 0][args.b_k_major ? 1 : 0];
 }
 
@@ -301,7 +306,10 @@ size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args, int sm_count) {
 
 const char* grouped_gemm(const GroupedGemmArgs& args, void* workspace, size_t workspace_bytes,
                          int sm_count, cudaStream_t stream) {
-  return pick(args, sm_count).run(args, workspace, workspace_bytes, sm_count, stream);
+  // The instantiation sees the configuration chosen, not kAuto.
+  GroupedGemmArgs resolved = args;
+  resolved.config = static_cast<int>(gemm_config_for(args, sm_count));
+  return pick(args, sm_count).run(resolved, workspace, workspace_bytes, sm_count, stream);
 }
 
 }  // namespace moe_ops

@@ -57,6 +57,33 @@ EXPECTED: dict[str, dict[str, str]] = {
         "grouped_mm-offsets-negative": "within [0, M] (a negative offset)",
         "grouped_mm-offsets-past-m": "within [0, M] (an offset above M)",
         "grouped_mm_silu_mul-offsets-decreasing": "grouped_mm_silu_mul: an earlier call on cuda:0",
+        "grouped_mm_fp8-bf16-x": "grouped_mm_fp8: x must be float8_e4m3fn",
+        "grouped_mm_fp8-e5m2": "grouped_mm_fp8: x must be float8_e4m3fn",
+        "grouped_mm_fp8-weight-dtype": "grouped_mm_fp8: w must be float8_e4m3fn",
+        "grouped_mm_fp8-cpu": "grouped_mm_fp8: x must be a CUDA tensor",
+        "grouped_mm_fp8-k": "grouped_mm_fp8: K (24) must be a multiple of 16",
+        "grouped_mm_fp8-weight-row-major": "w must be the transposed view of a contiguous"
+        " [E, N, K]",
+        "grouped_mm_fp8-weight-k": "grouped_mm_fp8: w must have 128 rows (K) per expert, got 64",
+        "grouped_mm_fp8-x-scale-shape": "grouped_mm_fp8: x_scale must be a contiguous float32 [M]"
+        " or [M, K/128] tensor",
+        "grouped_mm_fp8-x-scale-dtype": "grouped_mm_fp8: x_scale must be a contiguous float32 [M]",
+        "grouped_mm_fp8-x-scale-cpu": "grouped_mm_fp8: x_scale must be on the device of x",
+        "grouped_mm_fp8-w-scale-shape": "grouped_mm_fp8: w_scale must be a contiguous float32"
+        " [E, N] = [4, 128] or [E, N/128, K/128] tensor",
+        "grouped_mm_fp8-block-w-scale-shape": "w_scale must be a contiguous float32"
+        " [E, N/128, K/128] = [4, 1, 1] tensor",
+        "grouped_mm_fp8-block-k": "[M, K/128] needs K % 128 == 0",
+        "grouped_mm_fp8-mixed-layouts": "x_scale is row-wise [M] but w_scale is block-wise: both"
+        " must use one layout",
+        "grouped_mm_fp8-offsets-int64": "grouped_mm_fp8: offsets must be int32",
+        "grouped_mm_fp8-offsets-decreasing": "grouped_mm_fp8: an earlier call on cuda:0 got"
+        " offsets that were not non-decreasing within [0, M] (an offset below the one before it)",
+        "moe_forward_fp8-cpu": "moe_forward_fp8: x must be a CUDA tensor",
+        "moe_forward_fp8-weight-bf16": "moe_forward_fp8: w_gate_up must be float8_e4m3fn",
+        "moe_forward_fp8-mixed-layouts": "moe_forward_fp8: w_gate_up_scale is row-wise but"
+        " w_down_scale is block-wise",
+        "moe_forward_fp8-top_k-high": "moe_forward_fp8: top_k must be in [1, min(8, experts)]",
     },
 }
 
@@ -113,7 +140,61 @@ def moe_ops_cases() -> list[Case]:
         for values in ([4, 12, 8, 16], [-4, 8, 12, 16], [4, 8, 12, 100])
     )
     cpu = [t.cpu() for t in (x, logits, w_up, w_down)]
-    return [
+
+    def fp8(*shape: int) -> torch.Tensor:
+        return bf16(*shape).to(torch.float8_e4m3fn)
+
+    def fp8_k_major(experts: int, k: int, n: int) -> torch.Tensor:
+        return fp8(experts, n, k).transpose(1, 2)  # [E, K, N], K-major
+
+    def ones(*shape: int) -> torch.Tensor:
+        return torch.ones(*shape, device="cuda")
+
+    mm8 = moe.grouped_mm_fp8
+    xq, wq = fp8(16, 128), fp8_k_major(4, 128, 128)
+    xs, ws, xsb, wsb = ones(16), ones(4, 128), ones(16, 1), ones(4, 1, 1)
+    xh = bf16(16, 128)
+    up8, down8 = fp8_k_major(4, 128, 256), fp8_k_major(4, 128, 128)
+    fwd8 = moe.moe_forward_fp8
+    up_s, down_s = ones(4, 256), ones(4, 128)
+    fp8_cases: list[Case] = [
+        ("grouped_mm_fp8-bf16-x", lambda: mm8(xh, wq, xs, ws, offsets)),
+        ("grouped_mm_fp8-e5m2", lambda: mm8(xh.to(torch.float8_e5m2), wq, xs, ws, offsets)),
+        ("grouped_mm_fp8-weight-dtype", lambda: mm8(xq, bf16(4, 128, 128), xs, ws, offsets)),
+        ("grouped_mm_fp8-cpu", lambda: mm8(*(t.cpu() for t in (xq, wq, xs, ws, offsets)))),
+        ("grouped_mm_fp8-k", lambda: mm8(fp8(16, 24), fp8_k_major(4, 24, 128), xs, ws, offsets)),
+        ("grouped_mm_fp8-weight-row-major", lambda: mm8(xq, fp8(4, 128, 128), xs, ws, offsets)),
+        ("grouped_mm_fp8-weight-k", lambda: mm8(xq, fp8_k_major(4, 64, 128), xs, ws, offsets)),
+        ("grouped_mm_fp8-x-scale-shape", lambda: mm8(xq, wq, ones(8), ws, offsets)),
+        ("grouped_mm_fp8-x-scale-dtype", lambda: mm8(xq, wq, xs.double(), ws, offsets)),
+        ("grouped_mm_fp8-x-scale-cpu", lambda: mm8(xq, wq, xs.cpu(), ws, offsets)),
+        ("grouped_mm_fp8-w-scale-shape", lambda: mm8(xq, wq, xs, ones(4, 64), offsets)),
+        ("grouped_mm_fp8-block-w-scale-shape", lambda: mm8(xq, wq, xsb, ones(4, 1, 2), offsets)),
+        (
+            "grouped_mm_fp8-block-k",
+            lambda: mm8(fp8(16, 144), fp8_k_major(4, 144, 128), xsb, wsb, offsets),
+        ),
+        ("grouped_mm_fp8-mixed-layouts", lambda: mm8(xq, wq, xs, wsb, offsets)),
+        ("grouped_mm_fp8-offsets-int64", lambda: mm8(xq, wq, xs, ws, offsets.long())),
+        (
+            "grouped_mm_fp8-offsets-decreasing",
+            lambda: reported_later(moe, lambda: mm8(xq, wq, xs, ws, decreasing)),
+        ),
+        (
+            "moe_forward_fp8-cpu",
+            lambda: fwd8(*(t.cpu() for t in (xh, logits, up8, up_s, down8, down_s)), 2),
+        ),
+        (
+            "moe_forward_fp8-weight-bf16",
+            lambda: fwd8(xh, logits, bf16(4, 128, 256), up_s, down8, down_s, 2),
+        ),
+        (
+            "moe_forward_fp8-mixed-layouts",
+            lambda: fwd8(xh, logits, up8, up_s, down8, wsb, 2),
+        ),
+        ("moe_forward_fp8-top_k-high", lambda: fwd8(xh, logits, up8, up_s, down8, down_s, 9)),
+    ]
+    bf16_cases: list[Case] = [
         ("grouped_mm-float16", lambda: moe.grouped_mm(x.half(), w.half(), offsets)),
         ("grouped_mm-float32", lambda: moe.grouped_mm(x.float(), w.float(), offsets)),
         ("grouped_mm-cpu", lambda: moe.grouped_mm(x.cpu(), w.cpu(), offsets.cpu())),
@@ -148,6 +229,7 @@ def moe_ops_cases() -> list[Case]:
             lambda: reported_later(moe, lambda: moe.grouped_mm_silu_mul(x, w_up, decreasing)),
         ),
     ]
+    return [*bf16_cases, *fp8_cases]
 
 
 CASES: dict[str, Callable[[], list[Case]]] = {"llm_ops": llm_ops_cases, "moe_ops": moe_ops_cases}

@@ -22,6 +22,16 @@ two interleaved (column ``2j`` gate ``j``, ``2j+1`` up ``j``), which `interleave
 once at load time (pass ``gate_up_interleaved=True`` then); otherwise every call interleaves a
 copy. ``w_down`` is ``[E, I, H]``. Both take either layout, as in ``grouped_mm``.
 
+``grouped_mm_fp8(x, w, x_scale, w_scale, offsets)`` is the FP8 (e4m3) grouped GEMM with
+bf16 output and fp32 accumulation, with the offsets (and their checks) of ``grouped_mm``.
+``w`` is the transposed view of a contiguous ``[E, N, K]`` e4m3 tensor, as for
+``torch._scaled_grouped_mm``. The scale shapes pick the layout: row-wise (``x_scale [M]``,
+``w_scale [E, N]``: ``torch._scaled_grouped_mm``'s) or DeepSeek-V3's blocks (``x_scale
+[M, K/128]`` per 1x128 activation block, ``w_scale [E, N/128, K/128]`` per 128x128 weight
+block). `quantize_fp8_activations` and `quantize_fp8_weights` make such operands.
+``moe_forward_fp8`` is ``moe_forward`` with e4m3 weights in either layout: the activations are
+quantised to e4m3 per row (or per 1x128 block) on the device before each GEMM.
+
 Every op runs without a host synchronisation (per-group pointers and shapes are computed on
 the device), so it works under ``torch.compile(fullgraph=True)`` and CUDA-graph capture.
 
@@ -46,16 +56,25 @@ __all__ = [
     "ALIGNMENT",
     "CONFIGS",
     "DTYPE",
+    "FP8_ALIGNMENT",
+    "FP8_BLOCK",
+    "FP8_DTYPE",
+    "FP8_LAYOUTS",
     "MAX_EXPERTS",
     "MAX_TOP_K",
     "NAMESPACE",
     "ROUTER_DTYPES",
     "check_offsets_errors",
+    "fp8_unsupported_shape_reason",
     "grouped_mm",
+    "grouped_mm_fp8",
     "grouped_mm_silu_mul",
     "interleave_gate_up",
     "moe_forward",
+    "moe_forward_fp8",
     "moe_unsupported_shape_reason",
+    "quantize_fp8_activations",
+    "quantize_fp8_weights",
     "unsupported_shape_reason",
 ]
 
@@ -74,7 +93,17 @@ MAX_TOP_K = 8
 #: than half the SMs (moe.h's rule: only the row count, the expert count and N are known on
 #: the host), else "cooperative" (the fastest or within 3% of it on every prefill layer
 #: benchmarked, see docs/moe_ops.md); the others force one.
-CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3}
+CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3, "gemv": 4}
+#: The FP8 operands' dtype (x and w of `grouped_mm_fp8`, the weights of `moe_forward_fp8`).
+FP8_DTYPE = torch.float8_e4m3fn
+#: Elements: K and N of the FP8 ops must be multiples of this (16-byte TMA rows of e4m3).
+FP8_ALIGNMENT = 16
+#: The block of the block-wise layout: 1x128 activation blocks, 128x128 weight blocks (K and
+#: N must then be multiples of it).
+FP8_BLOCK = 128
+#: The scale layouts of the FP8 ops: one scale per row of x and per column of w[g], or blocks.
+FP8_LAYOUTS = ("rowwise", "blockwise")
+_E4M3_MAX = 448.0
 
 #: The torch.ops namespace of these ops, from the build record.
 NAMESPACE = ops_namespace(__name__)
@@ -82,6 +111,8 @@ _ops: Any = getattr(torch.ops, NAMESPACE)
 _grouped_mm = _ops.grouped_mm.default
 _grouped_mm_silu_mul = _ops.grouped_mm_silu_mul.default
 _moe_forward = _ops.moe_forward.default
+_grouped_mm_fp8 = _ops.grouped_mm_fp8.default
+_moe_forward_fp8 = _ops.moe_forward_fp8.default
 _check_offsets_errors = _ops.check_offsets_errors.default
 
 
@@ -131,6 +162,26 @@ def moe_unsupported_shape_reason(
     if tuple(int(d) for d in w_down_shape) != (experts, inter, hidden):
         return f"w_down must be [{experts}, {inter}, {hidden}], got {tuple(w_down_shape)}"
     return _dims_reason("H", hidden) or _dims_reason("I", inter)
+
+
+def fp8_unsupported_shape_reason(
+    x_shape: Sequence[int], w_shape: Sequence[int], layout: str = "rowwise"
+) -> str | None:
+    """None when `grouped_mm_fp8` supports x of `x_shape`, w of `w_shape` and scales in
+    `layout` ("rowwise" or "blockwise"), else why not, in words."""
+    if layout not in FP8_LAYOUTS:
+        return f"layout must be one of {', '.join(FP8_LAYOUTS)}, got {layout!r}"
+    if len(x_shape) != 2 or len(w_shape) != 3:
+        return "x must be 2-D [M, K] and w 3-D [E, K, N]"
+    if x_shape[1] != w_shape[1]:
+        return f"x's K ({x_shape[1]}) differs from w's K ({w_shape[1]})"
+    if w_shape[0] < 1:
+        return "w must hold at least one expert"
+    step = FP8_BLOCK if layout == "blockwise" else FP8_ALIGNMENT
+    for name, value in (("K", int(w_shape[1])), ("N", int(w_shape[2]))):
+        if value <= 0 or value % step:
+            return f"{name} = {value} must be a positive multiple of {step} ({layout} scales)"
+    return None
 
 
 def _config(config: str) -> int:
@@ -208,6 +259,125 @@ def moe_forward(
     return _moe_forward(  # type: ignore[no-any-return]
         _rows(x), _rows(router_logits), w_gate_up, w_down, top_k, _config(config)
     )
+
+
+def _amax_scale(amax: torch.Tensor) -> torch.Tensor:
+    # The kernels' rule: scale = amax / 448, and 1 for an all-zero block.
+    return torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax))
+
+
+def quantize_fp8_activations(
+    x: torch.Tensor, layout: str = "rowwise"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, K] -> (e4m3 [M, K], float32 scales) with x ~ q * scale: one scale per row ([M]) or
+    per 1x128 block ([M, K/128]). The rule `moe_forward_fp8` applies on the device."""
+    m, k = x.shape
+    xf = x.float()
+    if layout == "rowwise":
+        scale = _amax_scale(xf.abs().amax(dim=1))
+        q = xf / scale[:, None]
+    elif layout == "blockwise":
+        if k % FP8_BLOCK:
+            raise ValueError(f"K = {k} must be a multiple of {FP8_BLOCK} for block scales")
+        blocks = xf.reshape(m, k // FP8_BLOCK, FP8_BLOCK)
+        scale = _amax_scale(blocks.abs().amax(dim=2))
+        q = (blocks / scale[..., None]).reshape(m, k)
+    else:
+        raise ValueError(f"layout must be one of {', '.join(FP8_LAYOUTS)}, got {layout!r}")
+    return q.clamp(-_E4M3_MAX, _E4M3_MAX).to(FP8_DTYPE), scale.contiguous()
+
+
+def quantize_fp8_weights(
+    w: torch.Tensor, layout: str = "rowwise"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[E, K, N] (any strides) -> (e4m3 [E, K, N] as the transposed view of a contiguous
+    [E, N, K], float32 scales) with w[g] ~ q[g] * scale: one scale per output column
+    ([E, N]) or per 128x128 block ([E, N/128, K/128])."""
+    experts, k, n = w.shape
+    wt = w.transpose(-2, -1).float()  # [E, N, K]
+    if layout == "rowwise":
+        scale = _amax_scale(wt.abs().amax(dim=2))
+        q = wt / scale[..., None]
+    elif layout == "blockwise":
+        if k % FP8_BLOCK or n % FP8_BLOCK:
+            raise ValueError(f"K = {k} and N = {n} must be multiples of {FP8_BLOCK}")
+        blocks = wt.reshape(experts, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
+        scale = _amax_scale(blocks.abs().amax(dim=(2, 4)))
+        q = (blocks / scale[:, :, None, :, None]).reshape(experts, n, k)
+    else:
+        raise ValueError(f"layout must be one of {', '.join(FP8_LAYOUTS)}, got {layout!r}")
+    q = q.clamp(-_E4M3_MAX, _E4M3_MAX).to(FP8_DTYPE).contiguous()
+    return q.transpose(-2, -1), scale.contiguous()
+
+
+def grouped_mm_fp8(
+    x_fp8: torch.Tensor,
+    w_fp8: torch.Tensor,
+    x_scale: torch.Tensor,
+    w_scale: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """The FP8 grouped GEMM: rows ``offsets[g-1]:offsets[g]`` of ``x_fp8`` [M, K] times
+    ``w_fp8[g]`` [K, N] (the transposed view of a contiguous [E, N, K]), fp32 accumulation,
+    scaled and rounded once to bf16 [M, N]. Row-wise (``x_scale [M]``, ``w_scale [E, N]``):
+    ``(x @ w[g]) * x_scale[:, None] * w_scale[g][None, :]``, torch._scaled_grouped_mm's
+    semantics; block-wise (``x_scale [M, K/128]``, ``w_scale [E, N/128, K/128]``): each
+    128-deep K block's product scaled by its two blocks' scales."""
+    if out_dtype != torch.bfloat16:
+        raise ValueError(f"out_dtype must be torch.bfloat16, got {out_dtype}")
+    return _grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets)  # type: ignore[no-any-return]
+
+
+def moe_forward_fp8(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    w_gate_up_fp8: torch.Tensor,
+    w_gate_up_scale: torch.Tensor,
+    w_down_fp8: torch.Tensor,
+    w_down_scale: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """`moe_forward` with e4m3 weights: ``w_gate_up_fp8`` [E, H, 2I] (gate in columns :I, up in
+    I:, not interleaved) and ``w_down_fp8`` [E, I, H], each the transposed view of a contiguous
+    [E, N, K] (what `quantize_fp8_weights` returns), with scales in one layout, row-wise or
+    block-wise. x (bf16) is permuted, quantised to e4m3 in that layout, multiplied by the
+    gate/up weights into bf16; silu(gate) * up is quantised again for the down GEMM; the
+    combine is `moe_forward`'s. [T, H] bf16 -> [T, H] bf16."""
+    return _moe_forward_fp8(  # type: ignore[no-any-return]
+        _rows(x),
+        _rows(router_logits),
+        w_gate_up_fp8,
+        w_gate_up_scale,
+        w_down_fp8,
+        w_down_scale,
+        top_k,
+    )
+
+
+@torch.library.register_fake(f"{NAMESPACE}::grouped_mm_fp8")
+def _grouped_mm_fp8_fake(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    x_scale: torch.Tensor,
+    w_scale: torch.Tensor,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], w.shape[2]), dtype=torch.bfloat16)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::moe_forward_fp8")
+def _moe_forward_fp8_fake(
+    x: torch.Tensor,
+    router_logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_gate_up_scale: torch.Tensor,
+    w_down: torch.Tensor,
+    w_down_scale: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::grouped_mm")

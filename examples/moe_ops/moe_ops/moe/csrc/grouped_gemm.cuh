@@ -2,8 +2,8 @@
 // 57_hopper_grouped_gemm): TMA loads, wgmma, warp-specialised persistent kernels.
 //
 // Everything a launch needs per group (A/B/D pointers, strides, problem shape) is computed on
-// the device by `setup_groups` (or `setup_groups_checked`, for offsets from the caller) from
-// the int32 offsets, and CUTLASS gets the device problem shapes with host problem shapes =
+// the device by group_offsets.cuh's `setup_groups` (or `setup_groups_checked`, for offsets
+// from the caller) from the int32 offsets, and CUTLASS gets the device problem shapes with host problem shapes =
 // nullptr: the host knows only the group count, so a call never synchronises and can be
 // captured in a CUDA graph.
 //
@@ -17,9 +17,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <cub/block/block_scan.cuh>
-#include <cuda/atomic>
-#include <cuda/functional>
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
@@ -32,6 +29,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "gemv.cuh"
+#include "group_offsets.cuh"
 #include "moe.h"
 #include "silu_mul_epilogue.hpp"
 
@@ -155,84 +153,27 @@ struct Arrays {
 };
 
 // Pointers, strides and problem shape of group g, rows [start, end) of A and D
-// (0 <= start <= end <= m_total).
+// (0 <= start <= end <= m_total): the `Describe` of group_offsets.cuh's setup kernels.
 template <class G>
-__device__ void describe_group(const GroupedGemmArgs& args, const Arrays<G>& arrays, int64_t g,
-                               int64_t start, int64_t end) {
-  const int m = static_cast<int>(end - start);
-  const int n = static_cast<int>(args.n);
-  const int k = static_cast<int>(args.k);
-  const int64_t n_out = args.silu_mul ? args.n / 2 : args.n;
-  arrays.a[g] = static_cast<const Element*>(args.a) + start * args.k;
-  arrays.b[g] = static_cast<const Element*>(args.b) + g * args.b_group_stride;
-  arrays.d[g] = static_cast<Element*>(args.d) + start * n_out;
-  arrays.stride_a[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {m, k, 1});
-  arrays.stride_b[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {n, k, 1});
-  arrays.stride_d[g] =
-      cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, static_cast<int>(n_out), 1});
-  arrays.shapes[g] = typename G::Shape{m, n, k};
-}
+struct DescribeGroup {
+  GroupedGemmArgs args;
+  Arrays<G> arrays;
 
-// Offsets valid by construction (moe_forward's scan): one thread per group. The clamp into
-// [0, m_total] costs nothing and keeps every access in bounds should they ever not be.
-template <class G>
-__global__ void setup_groups(GroupedGemmArgs args, Arrays<G> arrays) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= args.groups) {
-    return;
+  __device__ void operator()(int64_t g, int64_t start, int64_t end) const {
+    const int m = static_cast<int>(end - start);
+    const int n = static_cast<int>(args.n);
+    const int k = static_cast<int>(args.k);
+    const int64_t n_out = args.silu_mul ? args.n / 2 : args.n;
+    arrays.a[g] = static_cast<const Element*>(args.a) + start * args.k;
+    arrays.b[g] = static_cast<const Element*>(args.b) + g * args.b_group_stride;
+    arrays.d[g] = static_cast<Element*>(args.d) + start * n_out;
+    arrays.stride_a[g] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {m, k, 1});
+    arrays.stride_b[g] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {n, k, 1});
+    arrays.stride_d[g] =
+        cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, static_cast<int>(n_out), 1});
+    arrays.shapes[g] = typename G::Shape{m, n, k};
   }
-  const int64_t prev = g == 0 ? 0 : static_cast<int64_t>(args.offsets[g - 1]);
-  const int64_t start = prev < 0 ? 0 : (prev > args.m_total ? args.m_total : prev);
-  int64_t end = static_cast<int64_t>(args.offsets[g]);
-  end = end < start ? start : (end > args.m_total ? args.m_total : end);
-  describe_group(args, arrays, g, start, end);
-}
-
-constexpr int kCheckedSetupThreads = 1024;
-
-__device__ __forceinline__ void report(const GroupedGemmArgs& args, OffsetsError kind) {
-  const int word = (args.silu_mul ? kOffsetsErrorKinds : 0) + static_cast<int>(kind);
-  // Mapped host memory: a system-scope store, which the host reads without a sync.
-  cuda::atomic_ref<int32_t, cuda::thread_scope_system>(args.offsets_errors[word])
-      .store(1, cuda::std::memory_order_relaxed);
-}
-
-// Offsets from the caller, which nothing on the host has looked at: one block walks the
-// groups in chunks, a prefix max over the offsets makes the groups non-decreasing and
-// disjoint whatever they hold (group g: rows [c(g-1), c(g)), c(g) = min(max(0, offsets[0..g]),
-// m_total)), and whatever is invalid is reported in args.offsets_errors.
-template <class G>
-__global__ void __launch_bounds__(kCheckedSetupThreads)
-    setup_groups_checked(GroupedGemmArgs args, Arrays<G> arrays) {
-  using Scan = cub::BlockScan<int32_t, kCheckedSetupThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  int32_t carry = 0;  // max(0, offsets of the chunks before this one)
-  for (int64_t first = 0; first < args.groups; first += kCheckedSetupThreads) {
-    const int64_t g = first + threadIdx.x;
-    const bool mine = g < args.groups;
-    const int32_t offset = mine ? args.offsets[g] : INT32_MIN;
-    int32_t before = 0;  // max(0, offsets[0..g-1])
-    int32_t chunk_max = 0;
-    Scan(scan_storage).ExclusiveScan(offset, before, carry, cuda::maximum<>{}, chunk_max);
-    __syncthreads();  // scan_storage is reused by the next chunk
-    carry = chunk_max > carry ? chunk_max : carry;
-    if (!mine) {
-      continue;
-    }
-    const int64_t start = before < args.m_total ? before : args.m_total;
-    const int64_t last = offset > before ? offset : before;
-    describe_group(args, arrays, g, start, last < args.m_total ? last : args.m_total);
-    if (offset < 0) {
-      report(args, OffsetsError::kNegative);
-    }
-    if (offset > args.m_total) {
-      report(args, OffsetsError::kPastEnd);
-    }
-    if (g > 0 && offset < args.offsets[g - 1]) {
-      report(args, OffsetsError::kDecreasing);
-    }
-  }
-}
+};
 
 template <class G>
 size_t workspace_size(int64_t groups, int sm_count) {
@@ -261,14 +202,15 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
   const uintptr_t base = reinterpret_cast<uintptr_t>(workspace) + Arrays<G>::bytes(args.groups);
   void* cutlass_workspace = reinterpret_cast<void*>((base + 127) / 128 * 128);
 
-  if (args.offsets_errors == nullptr) {
-    constexpr int kThreads = 128;
-    const int blocks = static_cast<int>((args.groups + kThreads - 1) / kThreads);
-    setup_groups<G><<<blocks, kThreads, 0, stream>>>(args, arrays);
-  } else {
-    setup_groups_checked<G><<<1, kCheckedSetupThreads, 0, stream>>>(args, arrays);
-  }
-  cudaError_t err = cudaGetLastError();
+  // This op's words of the offsets report (moe.h's OffsetsErrorOp), if the offsets are untrusted.
+  int32_t* errors = args.offsets_errors == nullptr
+                        ? nullptr
+                        : args.offsets_errors +
+                              kOffsetsErrorKinds *
+                                  static_cast<int>(args.silu_mul ? OffsetsErrorOp::kGroupedMmSiluMul
+                                                                 : OffsetsErrorOp::kGroupedMm);
+  cudaError_t err = groups::launch_setup(args.offsets, args.groups, args.m_total, errors,
+                                         DescribeGroup<G>{args, arrays}, stream);
   if (err != cudaSuccess) {
     return cudaGetErrorString(err);
   }

@@ -30,14 +30,17 @@ constexpr int64_t kSmallRowsPerGroup = 4;
 constexpr int64_t kAlignment = 8;
 
 // What the device reports about offsets it was given: kinds of invalid offsets, one int32
-// word each per op (grouped_mm's words, then grouped_mm_silu_mul's), set to 1 when seen.
+// word each per op (OffsetsErrorOp's order), set to 1 when seen.
 enum class OffsetsError : int {
   kNegative = 0,    // offsets[g] < 0
   kDecreasing = 1,  // offsets[g] < offsets[g-1]
   kPastEnd = 2,     // offsets[g] > m_total
 };
 constexpr int kOffsetsErrorKinds = 3;
-constexpr int kOffsetsErrorWords = 2 * kOffsetsErrorKinds;
+// The ops that take offsets from the caller, in the order of their words.
+enum class OffsetsErrorOp : int { kGroupedMm = 0, kGroupedMmSiluMul = 1, kGroupedMmFp8 = 2 };
+constexpr int kOffsetsErrorOps = 3;
+constexpr int kOffsetsErrorWords = kOffsetsErrorOps * kOffsetsErrorKinds;
 
 // One grouped GEMM, torch._grouped_mm's 2-D x 3-D case: for each group g, rows
 // [offsets[g-1], offsets[g]) of A (offsets[-1] = 0) times B[g] into the same rows of D.
@@ -50,7 +53,8 @@ struct GroupedGemmArgs {
   void* d;                  // [m_total, n] bf16 row-major; [m_total, n/2] with silu_mul
   const int32_t* offsets;   // [groups] int32, cumulative row ends
   int32_t* offsets_errors;  // kOffsetsErrorWords words (device-visible) where invalid offsets
-                            // are reported; nullptr when the offsets are valid by construction
+                            // are reported (all ops' words: the launch picks its own);
+                            // nullptr when the offsets are valid by construction
                             // (moe_forward's own scan): no running max, no checks
   int64_t groups;
   int64_t m_total;
@@ -91,6 +95,65 @@ MOE_OPS_DECLARE_GEMM(gemm_small_colb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_small_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_small_colb)
 #undef MOE_OPS_DECLARE_GEMM
+
+// ---- FP8 (e4m3) grouped GEMM: bf16 out, fp32 accumulation, two scale layouts ----
+
+enum class Fp8Scaling : int {
+  kRowwise = 0,  // a_scale [m_total] (per row), b_scale [groups, n] (per output column):
+                 // D = (A B[g]) * a_scale[:, None] * b_scale[g][None, :] in the epilogue
+  kBlockwise = 1,  // a_scale [m_total, k/128] (1x128 blocks), b_scale [groups, n/128, k/128]
+                   // (128x128 blocks), applied in the main loop per 128-deep K block
+};
+
+// K (and N) must be multiples of these: 16-byte TMA rows of e4m3 (row-wise), the 128-wide
+// scale blocks (block-wise).
+constexpr int64_t kFp8Alignment = 16;
+constexpr int64_t kFp8Block = 128;
+
+// One FP8 grouped GEMM, torch._scaled_grouped_mm's 2-D x 3-D case, with grouped_mm's offsets
+// (same clamping and reporting).
+struct Fp8GemmArgs {
+  const void* a;            // [m_total, k] e4m3 row-major
+  const void* b;            // [groups] x [n, k] e4m3 K-major: the transposed view of B[g] (k x n)
+  const float* a_scale;     // see Fp8Scaling
+  const float* b_scale;
+  void* d;                  // [m_total, n] bf16 row-major
+  const int32_t* offsets;   // [groups] int32, cumulative row ends
+  int32_t* offsets_errors;  // as in GroupedGemmArgs (all ops' words), or nullptr
+  int64_t groups;
+  int64_t m_total;
+  int64_t n;
+  int64_t k;
+  int64_t b_group_stride;   // elements between B[g] and B[g+1]
+  Fp8Scaling scaling;
+};
+
+size_t grouped_gemm_fp8_workspace_size(const Fp8GemmArgs& args, int sm_count);
+const char* grouped_gemm_fp8(const Fp8GemmArgs& args, void* workspace, size_t workspace_bytes,
+                             int sm_count, cudaStream_t stream);
+
+#define MOE_OPS_DECLARE_FP8_GEMM(NAME)                                               \
+  size_t NAME##_workspace_size(int64_t groups, int sm_count);                       \
+  const char* NAME##_run(const Fp8GemmArgs& args, void* workspace, size_t bytes,    \
+                         int sm_count, cudaStream_t stream);
+MOE_OPS_DECLARE_FP8_GEMM(gemm_fp8_rowwise)
+MOE_OPS_DECLARE_FP8_GEMM(gemm_fp8_blockwise)
+#undef MOE_OPS_DECLARE_FP8_GEMM
+
+// Quantises bf16 rows to e4m3 with fp32 scales (scale = amax / 448, q = x / scale, so
+// q * scale ~ x), per row (Fp8Scaling::kRowwise: scale [rows]) or per 1x128 block
+// (kBlockwise: scale [rows, cols/128]). With `silu_mul`, src is [rows, 2 * cols] with gate in
+// columns :cols and up in cols: and the quantised value is silu(gate) * up.
+struct QuantizeArgs {
+  const void* src;   // bf16 [rows, cols] (or [rows, 2 * cols] with silu_mul), row-major
+  void* dst;         // e4m3 [rows, cols]
+  float* scale;      // [rows] or [rows, cols / 128]
+  int64_t rows;
+  int64_t cols;      // a multiple of 8 (row-wise) or 128 (block-wise)
+  bool silu_mul;
+  Fp8Scaling scaling;
+};
+const char* quantize_fp8(const QuantizeArgs& args, cudaStream_t stream);
 
 // Router logits' element type.
 enum class LogitType { kFloat32, kBFloat16, kFloat16 };

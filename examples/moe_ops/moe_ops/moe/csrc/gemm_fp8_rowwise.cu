@@ -1,0 +1,4 @@
+// One CUTLASS instantiation: e4m3 x e4m3 -> bf16, row-wise scales in an epilogue visitor tree.
+#include "grouped_gemm_fp8.cuh"
+
+MOE_OPS_DEFINE_FP8_GEMM(gemm_fp8_rowwise, Rowwise)

@@ -9,6 +9,11 @@ router logits (so the rows per expert are uneven, as in use):
 - ``gpt-oss-120b``: H 2880, I 2880, E 128, top-4, T 4096;
 - ``llama-4``: H 5120, I 8192, E 16, top-1 (Scout's routed experts), T 4096.
 
+``--fp8`` measures the e4m3 grouped GEMM instead: both GEMMs of the five models at 1,024 and
+4,096 tokens, ``torch._scaled_grouped_mm`` (row-wise scales) against ``grouped_mm_fp8`` with
+row-wise and with block-wise (1x128 / 128x128) scales, in TFLOP/s and as a share of the
+H200's dense FP8 peak (1,979 TFLOP/s), and ``moe_forward_fp8`` against ``moe_forward``.
+
 ``--decode`` measures the decode regime instead: 1, 8 and 64 tokens through each of the five
 models' expert layers (a few rows per expert, most experts empty at 1 token), where the GEMMs
 read every active expert's weights once and are bound by memory, not by the tensor cores.
@@ -25,7 +30,7 @@ MoE forward: ``moe_ops.moe_forward`` against the same layer written with
 Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
 call: L2 flushed). Every timed implementation is first checked against ``torch._grouped_mm``.
 
-Usage: ``python benchmarks/moe.py --out moe.json [--png moe.png] [--quick]``
+Usage: ``python benchmarks/moe.py --out moe.json [--png moe.png] [--quick | --decode | --fp8]``
 """
 
 from __future__ import annotations
@@ -92,6 +97,12 @@ MODELS = {
 DECODE_LAYERS = tuple(
     Layer(name, *MODELS[name], tokens) for tokens in (1, 8, 64) for name in MODELS
 )
+#: The bf16 tile configurations timed at every size.
+CONFIGS = ("auto", "cooperative", "pingpong", "small")
+#: FP8 (--fp8): the five models' two expert GEMMs at 1,024 and 4,096 tokens.
+FP8_LAYERS = tuple(Layer(name, *MODELS[name], tokens) for tokens in (1024, 4096) for name in MODELS)
+#: The H200's dense e4m3 tensor-core peak (TFLOP/s, without sparsity).
+FP8_PEAK_TFLOPS = 1979.0
 QUICK_LAYERS = (
     Layer("mixtral", 4096, 14336, 8, 2, 4096),
     Layer("qwen3-30b", 2048, 768, 128, 8, 4096),
@@ -175,6 +186,7 @@ def gemm_rows(
     counts: Sequence[int],
     layout: str,
     quick: bool,
+    configs: Sequence[str],
 ) -> list[dict[str, Any]]:
     rows_total, k = x.shape
     n = w.shape[2]
@@ -183,7 +195,7 @@ def gemm_rows(
     impls: dict[str, Fn] = {
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16),
     }
-    for config in ("auto", "cooperative", "pingpong", "small"):
+    for config in configs:
         impls[f"moe_ops[{config}]"] = lambda c=config: moe.grouped_mm(x, w, offsets, config=c)
     if not quick:
         impls["cublas-loop"] = cublas_loop(x, w, counts)
@@ -220,6 +232,7 @@ def forward_rows(
     w_gate_up: torch.Tensor,
     w_down: torch.Tensor,
     layout: str,
+    configs: Sequence[str],
 ) -> list[dict[str, Any]]:
     """The layer forward, ours (each config) against torch's, on the same weights."""
     k = layer.top_k
@@ -228,7 +241,7 @@ def forward_rows(
     impls: dict[str, Fn] = {
         "torch ops + torch._grouped_mm": lambda: torch_moe(x, logits, w_gate_up, w_down, k),
     }
-    for config in ("auto", "cooperative", "pingpong", "small"):
+    for config in configs:
         impls[f"moe_ops.moe_forward[{config}]"] = lambda c=config: moe.moe_forward(
             x, logits, interleaved, w_down, k, gate_up_interleaved=True, config=c
         )
@@ -262,13 +275,18 @@ def run_layer(moe: Any, layer: Layer, quick: bool) -> dict[str, Any]:
     h_sorted = (torch.randn(t * k, i, device="cuda")).to(BF16)
     gemms: list[dict[str, Any]] = []
     forward: list[dict[str, Any]] = []
+    # "gemv" reads an expert's weights once for every 4 of its rows: timed at decode sizes only
+    # (at prefill sizes one call would stream the weights a thousand times).
+    configs = (*CONFIGS, "gemv") if layer.tokens < 1024 else CONFIGS
     for layout in ("row-major", "transposed"):
         transposed = layout == "transposed"
         w_gate_up = _weights(e, h, 2 * i, transposed)
         w_down = _weights(e, i, h, transposed)
-        gemms += gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets, counts, layout, quick)
-        gemms += gemm_rows(moe, "down", h_sorted, w_down, offsets, counts, layout, quick)
-        forward += forward_rows(moe, layer, x, logits, w_gate_up, w_down, layout)
+        gemms += gemm_rows(
+            moe, "gate_up", x_sorted, w_gate_up, offsets, counts, layout, quick, configs
+        )
+        gemms += gemm_rows(moe, "down", h_sorted, w_down, offsets, counts, layout, quick, configs)
+        forward += forward_rows(moe, layer, x, logits, w_gate_up, w_down, layout, configs)
         torch.cuda.empty_cache()
     return {
         "layer": layer.__dict__,
@@ -305,6 +323,154 @@ def breakdown(moe: Any, layer: Layer) -> dict[str, float]:
     ms["rest"] = ms["moe_forward"] - ms["gate_up_silu_mul"] - ms["down"]
     print(f"{layer.label}: " + ", ".join(f"{name} {v:.3f} ms" for name, v in ms.items()))
     return ms
+
+
+def fp8_gemm_rows(
+    moe: Any, name: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor
+) -> list[dict[str, Any]]:
+    """One GEMM in e4m3: torch._scaled_grouped_mm (row-wise scales) against grouped_mm_fp8 in
+    both scale layouts; the bf16 grouped_mm of the unquantised operands is the reference (the
+    error column is FP8's quantisation error) and a row of its own."""
+    rows_total, k = x.shape
+    n = w.shape[2]
+    flops = 2.0 * rows_total * k * n
+    ref = moe.grouped_mm(x, w, offsets)
+    impls: dict[str, Fn] = {"moe_ops.grouped_mm (bf16)": lambda: moe.grouped_mm(x, w, offsets)}
+    xq_r, xs_r = moe.quantize_fp8_activations(x, "rowwise")
+    wq_r, ws_r = moe.quantize_fp8_weights(w, "rowwise")
+    impls["torch._scaled_grouped_mm rowwise"] = lambda: torch._scaled_grouped_mm(
+        xq_r, wq_r, xs_r, ws_r, offs=offsets, out_dtype=BF16
+    )
+    impls["moe_ops rowwise"] = lambda: moe.grouped_mm_fp8(xq_r, wq_r, xs_r, ws_r, offsets)
+    if moe.fp8_unsupported_shape_reason(x.shape, w.shape, "blockwise") is None:
+        xq_b, xs_b = moe.quantize_fp8_activations(x, "blockwise")
+        wq_b, ws_b = moe.quantize_fp8_weights(w, "blockwise")
+        impls["moe_ops blockwise"] = lambda: moe.grouped_mm_fp8(xq_b, wq_b, xs_b, ws_b, offsets)
+    result = []
+    for impl, fn in impls.items():
+        try:
+            err = rel(fn(), ref)
+        except (RuntimeError, NotImplementedError) as exc:  # torch's kernel may refuse a shape
+            print(f"  {name:8s} {impl:34s} refused: {str(exc).splitlines()[0]}", flush=True)
+            result.append({"gemm": name, "impl": impl, "refused": str(exc).splitlines()[0]})
+            continue
+        ms = bench(fn)
+        tflops = flops / ms / 1e9
+        result.append(
+            {
+                "gemm": name,
+                "impl": impl,
+                "M": rows_total,
+                "K": k,
+                "N": n,
+                "ms": ms,
+                "tflops": tflops,
+                "of_fp8_peak": tflops / FP8_PEAK_TFLOPS,
+                "rel_err_vs_bf16": err,
+            }
+        )
+        print(
+            f"  {name:8s} {impl:34s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s"
+            f" ({tflops / FP8_PEAK_TFLOPS:5.1%} of FP8 peak)  err vs bf16 {err:.1e}",
+            flush=True,
+        )
+    return result
+
+
+def run_fp8_layer(moe: Any, layer: Layer) -> dict[str, Any]:
+    """Both GEMMs of a layer in e4m3, and moe_forward_fp8 against moe_forward (bf16)."""
+    torch.manual_seed(0)
+    t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
+    print(f"{layer.label} (fp8): H {h} I {i} E {e} top-{k} T {t}", flush=True)
+    x = torch.randn(t, h, device="cuda").to(BF16)
+    logits = torch.randn(t, e, device="cuda")
+    _, top_e = route(logits, k)
+    offsets = torch.bincount(top_e.flatten(), minlength=e).cumsum(0).to(torch.int32)
+    x_sorted = x[top_e.flatten().argsort(stable=True) // k]
+    h_sorted = torch.randn(t * k, i, device="cuda").to(BF16)
+    w_gate_up = _weights(e, h, 2 * i, False)
+    w_down = _weights(e, i, h, False)
+    gemms = fp8_gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets)
+    gemms += fp8_gemm_rows(moe, "down", h_sorted, w_down, offsets)
+    interleaved = moe.interleave_gate_up(w_gate_up)
+    ref = moe.moe_forward(x, logits, interleaved, w_down, k, gate_up_interleaved=True)
+    forward = []
+    impls: dict[str, Fn] = {
+        "moe_forward (bf16)": lambda: moe.moe_forward(
+            x, logits, interleaved, w_down, k, gate_up_interleaved=True
+        )
+    }
+    for scales in ("rowwise", "blockwise"):
+        if moe.fp8_unsupported_shape_reason(x_sorted.shape, w_gate_up.shape, scales) is None:
+            gu, gu_s = moe.quantize_fp8_weights(w_gate_up, scales)
+            dn, dn_s = moe.quantize_fp8_weights(w_down, scales)
+            impls[f"moe_forward_fp8 {scales}"] = lambda gu=gu, gu_s=gu_s, dn=dn, dn_s=dn_s: (
+                moe.moe_forward_fp8(x, logits, gu, gu_s, dn, dn_s, k)
+            )
+    for impl, fn in impls.items():
+        err = rel(fn(), ref)
+        ms = bench(fn)
+        tflops = layer.gemm_flops / ms / 1e9
+        forward.append({"impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_bf16": err})
+        print(f"  forward  {impl:34s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  err {err:.1e}")
+    torch.cuda.empty_cache()
+    return {"layer": layer.__dict__, "label": layer.label, "gemms": gemms, "forward": forward}
+
+
+def fp8_summary(layers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per GEMM: torch row-wise ms / ours row-wise ms; geomean and min over the GEMMs."""
+    ratios: dict[str, float] = {}
+    for lay in layers:
+        for gemm in ("gate_up", "down"):
+            ms = {r["impl"]: r.get("ms") for r in lay["gemms"] if r["gemm"] == gemm}
+            ours, theirs = ms.get("moe_ops rowwise"), ms.get("torch._scaled_grouped_mm rowwise")
+            if ours and theirs:
+                ratios[f"{lay['label']}|{gemm}"] = theirs / ours
+    out: dict[str, Any] = {"rowwise_vs_torch_per_gemm": ratios}
+    if ratios:
+        out["geomean"] = math.exp(sum(map(math.log, ratios.values())) / len(ratios))
+        out["min"] = min(ratios.values())
+    return out
+
+
+def fp8_chart(result: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("moe benchmark: no matplotlib, no chart", file=sys.stderr)
+        return False
+    impls = (
+        "torch._scaled_grouped_mm rowwise",
+        "moe_ops rowwise",
+        "moe_ops blockwise",
+        "moe_ops.grouped_mm (bf16)",
+    )
+    labels = [f"{lay['label']} {g}" for lay in result["fp8"] for g in ("gate_up", "down")]
+    fig, ax = plt.subplots(figsize=(14, 4.5))
+    width = 0.8 / len(impls)
+    for j, impl in enumerate(impls):
+        values = [
+            next(
+                (r.get("tflops", 0.0) for r in lay["gemms"] if (r["gemm"], r["impl"]) == (g, impl)),
+                0.0,
+            )
+            for lay in result["fp8"]
+            for g in ("gate_up", "down")
+        ]
+        ax.bar([p + j * width for p in range(len(labels))], values, width, label=impl)
+    ax.axhline(FP8_PEAK_TFLOPS, color="grey", linestyle="--", linewidth=0.8, label="FP8 peak")
+    ax.set_title("FP8 grouped GEMM, TFLOP/s")
+    ax.set_xticks(
+        [p + 0.4 for p in range(len(labels))], labels, fontsize=7, rotation=45, ha="right"
+    )
+    ax.legend(fontsize=8)
+    fig.suptitle(f"{result['environment']['gpu']}, torch {result['environment']['torch']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
 
 
 def summarise(layer: dict[str, Any]) -> dict[str, Any]:
@@ -416,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--decode", action="store_true", help="the decode regime: 1, 8 and 64 tokens a layer"
     )
+    parser.add_argument(
+        "--fp8", action="store_true", help="the FP8 grouped GEMM and forward (1k and 4k tokens)"
+    )
     args = parser.parse_args(argv)
     import moe_ops
 
@@ -428,6 +597,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts = {layer.label: breakdown(moe, layer) for layer in LAYERS}
         if args.out:
             args.out.write_text(json.dumps({"environment": environment(), "breakdown": parts}))
+        return 0
+    if args.fp8:
+        fp8: dict[str, Any] = {
+            "environment": environment(),
+            "fp8": [run_fp8_layer(moe, lay) for lay in FP8_LAYERS],
+        }
+        fp8["summary"] = fp8_summary(fp8["fp8"])
+        print(f"\n{fp8['environment']}")
+        if "geomean" in fp8["summary"]:
+            print(
+                f"grouped_mm_fp8 rowwise vs torch._scaled_grouped_mm over "
+                f"{len(fp8['summary']['rowwise_vs_torch_per_gemm'])} GEMMs: geomean "
+                f"{fp8['summary']['geomean']:.2f}x, min {fp8['summary']['min']:.2f}x"
+            )
+        if args.out:
+            args.out.write_text(json.dumps(fp8, indent=1))
+        if args.png:
+            fp8_chart(fp8, args.png)
         return 0
     result: dict[str, Any] = {"environment": environment(), "layers": []}
     layers = QUICK_LAYERS if args.quick else DECODE_LAYERS if args.decode else LAYERS

@@ -292,22 +292,35 @@ def quantize_fp8_weights(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[E, K, N] (any strides) -> (e4m3 [E, K, N] as the transposed view of a contiguous
     [E, N, K], float32 scales) with w[g] ~ q[g] * scale: one scale per output column
-    ([E, N]) or per 128x128 block ([E, N/128, K/128])."""
-    experts, k, n = w.shape
-    wt = w.transpose(-2, -1).float()  # [E, N, K]
-    if layout == "rowwise":
-        scale = _amax_scale(wt.abs().amax(dim=2))
-        q = wt / scale[..., None]
-    elif layout == "blockwise":
-        if k % FP8_BLOCK or n % FP8_BLOCK:
-            raise ValueError(f"K = {k} and N = {n} must be multiples of {FP8_BLOCK}")
-        blocks = wt.reshape(experts, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
-        scale = _amax_scale(blocks.abs().amax(dim=(2, 4)))
-        q = (blocks / scale[:, :, None, :, None]).reshape(experts, n, k)
-    else:
+    ([E, N]) or per 128x128 block ([E, N/128, K/128]). The experts are quantised a few at a
+    time (float32 temporaries of about 1 GiB at most), so a 15 GB bf16 weight needs little
+    more than its 7.5 GB of e4m3."""
+    if layout not in FP8_LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(FP8_LAYOUTS)}, got {layout!r}")
-    q = q.clamp(-_E4M3_MAX, _E4M3_MAX).to(FP8_DTYPE).contiguous()
-    return q.transpose(-2, -1), scale.contiguous()
+    experts, k, n = w.shape
+    if layout == "blockwise" and (k % FP8_BLOCK or n % FP8_BLOCK):
+        raise ValueError(f"K = {k} and N = {n} must be multiples of {FP8_BLOCK}")
+    q = torch.empty(experts, n, k, dtype=FP8_DTYPE, device=w.device)
+    if layout == "rowwise":
+        scale = torch.empty(experts, n, dtype=torch.float32, device=w.device)
+    else:
+        scale = torch.empty(
+            experts, n // FP8_BLOCK, k // FP8_BLOCK, dtype=torch.float32, device=w.device
+        )
+    step = max(1, (1 << 28) // max(1, k * n))  # experts a chunk: <= 2^28 float32 elements
+    for e0 in range(0, experts, step):
+        e1 = min(experts, e0 + step)
+        wt = w[e0:e1].transpose(-2, -1).float()  # [e, N, K]
+        if layout == "rowwise":
+            s = _amax_scale(wt.abs().amax(dim=2))
+            chunk = wt / s[..., None]
+        else:
+            blocks = wt.reshape(e1 - e0, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
+            s = _amax_scale(blocks.abs().amax(dim=(2, 4)))
+            chunk = (blocks / s[:, :, None, :, None]).reshape(e1 - e0, n, k)
+        q[e0:e1] = chunk.clamp(-_E4M3_MAX, _E4M3_MAX).to(FP8_DTYPE)
+        scale[e0:e1] = s
+    return q.transpose(-2, -1), scale
 
 
 def grouped_mm_fp8(

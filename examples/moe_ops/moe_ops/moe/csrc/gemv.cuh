@@ -5,13 +5,17 @@
 // It runs after the same setup kernel as the CUTLASS path (setup_groups or
 // setup_groups_checked, so untrusted offsets are clamped and reported the same way) and
 // reads each group's A/B/D pointers and row count from those arrays. Grid: (column tiles,
-// groups); a CTA of a group without rows exits at once. Each CTA reads its column tile of
-// B[g] once for every kGemvRows rows of the group (once in decode), so the B traffic is the
-// minimum and spread over groups x tiles CTAs; A (a few rows) comes through L1/L2.
+// slots), slots = min(groups, M): at most that many groups have rows, and CTA row `s` takes
+// the s-th group with rows (found by a scan of the row counts), or exits. A grid over every
+// group would be mostly CTAs that load a row count of 0 and exit: 12,288 of them for one
+// token through 128 experts, which cost more than streaming the 8 experts' weights. Each CTA
+// reads its column tile of B[g] once for every kGemvRows rows of the group (once in decode),
+// so the B traffic is the minimum; A (a few rows) comes through L1/L2.
 //
 // - B row-major (k x n, N contiguous): a thread holds 8 adjacent columns (one 16-byte load
-//   per k) for kGemvRows rows; the 4 lanes of a k row cover 32 columns, the warp's 8 k rows
-//   and the CTA's 8 warps split K; the partial sums meet in shared memory.
+//   per k) for kGemvRows rows; the 8 lanes of a k row cover 64 columns (128 contiguous
+//   bytes), the warp's 4 k rows and the CTA's 8 warps split K; the partial sums meet in
+//   shared memory.
 // - B K-major (stored n x k, K contiguous): a warp holds 2 adjacent columns, its lanes read
 //   16 bytes of K each, and a warp reduction ends the dot products; 8 warps, 16 columns.
 //
@@ -35,9 +39,11 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 // 16-byte loads of B a thread has in flight (row-major; half as many steps of two columns
 // K-major): 32 KB a CTA, so that the few CTAs of one expert keep HBM busy.
 constexpr int kGemvUnroll = 8;
-// Row-major B: columns a CTA (4 lanes x 8) and k rows an iteration (8 a warp x 8 warps).
-constexpr int kGemvRowCols = 32;
-constexpr int kGemvRowKs = 8 * kGemvWarps;
+// Row-major B: lanes a k row, columns a CTA (8 lanes x 8), k rows an iteration (4 a warp x
+// 8 warps).
+constexpr int kGemvRowLanes = 8;
+constexpr int kGemvRowCols = 8 * kGemvRowLanes;
+constexpr int kGemvRowKs = (32 / kGemvRowLanes) * kGemvWarps;
 // K-major B: columns a CTA (2 a warp).
 constexpr int kGemvColCols = 2 * kGemvWarps;
 
@@ -55,21 +61,63 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
+// The group of CTA row `slot`: the slot-th group (from 0) with rows, or -1 when fewer groups
+// have rows. One pass of the CTA over the row counts (256 a round, a count per thread).
+template <class Shape>
+__device__ __forceinline__ int gemv_group_of_slot(const Shape* shapes, int groups, int slot) {
+  __shared__ int warp_counts[kGemvWarps];
+  __shared__ int found;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    found = -1;
+  }
+  int before = 0;  // groups with rows in the earlier rounds
+  for (int base = 0; base < groups; base += kGemvThreads) {
+    const int g = base + static_cast<int>(threadIdx.x);
+    const bool rows = g < groups && cute::get<0>(shapes[g]) > 0;
+    const unsigned ballot = __ballot_sync(0xffffffffu, rows);
+    if (lane == 0) {
+      warp_counts[warp] = __popc(ballot);
+    }
+    __syncthreads();
+    int rank = before + __popc(ballot & ((1u << lane) - 1u));
+    int round = 0;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) {
+      rank += w < warp ? warp_counts[w] : 0;
+      round += warp_counts[w];
+    }
+    if (rows && rank == slot) {
+      found = g;
+    }
+    before += round;
+    __syncthreads();  // `found` is written; warp_counts may be rewritten
+    if (found >= 0 || before > slot) {
+      break;  // uniform: every thread read the same `found` and `before`
+    }
+  }
+  return found;
+}
+
 // Row-major B[g] (k x n). `rows_of(g)` is the group's row count from the setup arrays.
 template <bool SiluMul, class Shape>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_rowb_kernel(const __nv_bfloat16* const* a_ptrs, const __nv_bfloat16* const* b_ptrs,
-                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int n, int k) {
-  const int g = blockIdx.y;
-  const int m = cute::get<0>(shapes[g]);
-  if (m == 0) {
+                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int groups, int n,
+                     int k) {
+  const int g = gemv_group_of_slot(shapes, groups, static_cast<int>(blockIdx.y));
+  if (g < 0) {
     return;
   }
-  __shared__ float partial[kGemvThreads / 4][kGemvRows][kGemvRowCols + 1];
+  const int m = cute::get<0>(shapes[g]);
+  constexpr int kKLanes = kGemvThreads / kGemvRowLanes;  // threads on distinct k rows
+  __shared__ float partial[kKLanes][kGemvRows][kGemvRowCols + 1];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int col = blockIdx.x * kGemvRowCols + (lane & 3) * 8;  // this thread's 8 columns
-  const int krow = warp * 8 + (lane >> 2);                     // this thread's first k
+  const int sub = lane % kGemvRowLanes;  // which 8 columns of the tile
+  const int col = blockIdx.x * kGemvRowCols + sub * 8;  // this thread's 8 columns
+  const int krow = warp * (32 / kGemvRowLanes) + lane / kGemvRowLanes;  // its first k
   const bool live = col < n;
   const __nv_bfloat16* a = a_ptrs[g];
   const __nv_bfloat16* b = b_ptrs[g];
@@ -113,22 +161,23 @@ __global__ void __launch_bounds__(kGemvThreads)
         }
       }
     }
-    // The 64 k-lanes of the CTA (8 a warp x 8 warps) meet: thread (k-lane, column group).
-    const int klane = threadIdx.x >> 2;
+    // The 32 k-lanes of the CTA (4 a warp x 8 warps) meet: thread (k-lane, column group).
+    const int klane = threadIdx.x / kGemvRowLanes;
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        partial[klane][r][(lane & 3) * 8 + c] = acc[r][c];
+        partial[klane][r][sub * 8 + c] = acc[r][c];
       }
     }
     __syncthreads();
-    // kGemvRows x 32 sums, one a thread for the first 128 threads.
+    // kGemvRows x 64 sums, one a thread.
+    static_assert(kGemvRows * kGemvRowCols == kGemvThreads, "one sum a thread");
     if (threadIdx.x < kGemvRows * kGemvRowCols) {
       const int r = threadIdx.x / kGemvRowCols;
       const int c = threadIdx.x % kGemvRowCols;
       float sum = 0.f;
-      for (int l = 0; l < kGemvThreads / 4; ++l) {
+      for (int l = 0; l < kKLanes; ++l) {
         sum += partial[l][r][c];
       }
       partial[0][r][c] = sum;  // each (r, c) is read and written by this thread only
@@ -157,12 +206,13 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <bool SiluMul, class Shape>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_colb_kernel(const __nv_bfloat16* const* a_ptrs, const __nv_bfloat16* const* b_ptrs,
-                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int n, int k) {
-  const int g = blockIdx.y;
-  const int m = cute::get<0>(shapes[g]);
-  if (m == 0) {
+                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int groups, int n,
+                     int k) {
+  const int g = gemv_group_of_slot(shapes, groups, static_cast<int>(blockIdx.y));
+  if (g < 0) {
     return;
   }
+  const int m = cute::get<0>(shapes[g]);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int col = blockIdx.x * kGemvColCols + warp * 2;  // columns col, col + 1
@@ -244,22 +294,24 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-// Launches the kernel of this layout over (column tiles, groups), after the setup kernel.
+// Launches the kernel of this layout over (column tiles, slots), after the setup kernel;
+// `m_total` (the rows of A) bounds the groups that can have rows.
 template <bool KMajor, bool SiluMul, class Shape>
 cudaError_t launch_gemv(const void* const* a, const void* const* b, void* const* d,
-                        const Shape* shapes, int64_t groups, int64_t n, int64_t k,
-                        cudaStream_t stream) {
+                        const Shape* shapes, int64_t groups, int64_t m_total, int64_t n,
+                        int64_t k, cudaStream_t stream) {
   const auto* ap = reinterpret_cast<const __nv_bfloat16* const*>(a);
   const auto* bp = reinterpret_cast<const __nv_bfloat16* const*>(b);
   auto* const* dp = reinterpret_cast<__nv_bfloat16* const*>(d);
   const int cols = KMajor ? kGemvColCols : kGemvRowCols;
-  const dim3 grid(static_cast<unsigned>((n + cols - 1) / cols), static_cast<unsigned>(groups));
+  const int64_t slots = m_total < groups ? m_total : groups;
+  const dim3 grid(static_cast<unsigned>((n + cols - 1) / cols), static_cast<unsigned>(slots));
   if constexpr (KMajor) {
     gemv_colb_kernel<SiluMul, Shape><<<grid, kGemvThreads, 0, stream>>>(
-        ap, bp, dp, shapes, static_cast<int>(n), static_cast<int>(k));
+        ap, bp, dp, shapes, static_cast<int>(groups), static_cast<int>(n), static_cast<int>(k));
   } else {
     gemv_rowb_kernel<SiluMul, Shape><<<grid, kGemvThreads, 0, stream>>>(
-        ap, bp, dp, shapes, static_cast<int>(n), static_cast<int>(k));
+        ap, bp, dp, shapes, static_cast<int>(groups), static_cast<int>(n), static_cast<int>(k));
   }
   return cudaGetLastError();
 }

@@ -219,7 +219,7 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
       err = launch_gemv<G::kKMajorB, G::kSiluMul>(
           reinterpret_cast<const void* const*>(arrays.a),
           reinterpret_cast<const void* const*>(arrays.b),
-          reinterpret_cast<void* const*>(arrays.d), arrays.shapes, args.groups, args.n, args.k,
+          reinterpret_cast<void* const*>(arrays.d), arrays.shapes, args.groups, args.m_total, args.n, args.k,
           stream);
       return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
     }

@@ -25,6 +25,8 @@ enum class GemmConfig : int {
 // kSmallRowsPerGroup) and the cooperative tiles of the experts that can have rows would
 // fill less than half the SMs; else kCooperative (gemm_config_for; docs/moe_ops.md).
 constexpr int64_t kSmallRowsPerGroup = 4;
+// `kAuto` takes kGemv first, when the rows an expert average at most this.
+constexpr int64_t kGemvRowsPerGroup = 1;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;

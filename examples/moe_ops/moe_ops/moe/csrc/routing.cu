@@ -256,6 +256,9 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   // rows, each one 128x256 tile high: when those tiles would fill less than half the SMs,
   // the small tile's four times as many CTAs stream the weights faster. Otherwise the
   // cooperative tile: the fastest or within 3% of it on every prefill layer benchmarked.
+  if (args.m_total <= args.groups * kGemvRowsPerGroup) {
+    return GemmConfig::kGemv;
+  }
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
   const int64_t coop_tiles = active * ((args.n + 255) / 256);
   if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {

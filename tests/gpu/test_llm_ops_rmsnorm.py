@@ -29,6 +29,14 @@ SHAPES = [
     (2, 12345),
     (1, 16383),
     (3, 16384),
+    # Decode batches: the one-launch cluster backward (1 row: dw stored directly; up to 8 rows
+    # a row a CTA; 9-16 rows two rows a CTA), and odd hidden sizes beside them.
+    (1, 4096),
+    (16, 4096),
+    (9, 2056),
+    (13, 8192),
+    (16, 4097),
+    (1, 4095),
 ]
 
 

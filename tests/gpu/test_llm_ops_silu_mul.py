@@ -24,6 +24,11 @@ SHAPES = [
     (4, 16384),
     (3, 2 * 14336),
     (70000, 16),
+    # Decode batches (one vector a thread on small CTAs), odd d beside them.
+    (1, 8192),
+    (16, 8192),
+    (16, 8194),
+    (1, 4098),
 ]
 
 

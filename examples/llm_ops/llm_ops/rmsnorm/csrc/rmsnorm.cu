@@ -7,9 +7,11 @@
 //   group of rows), so the many CTAs an SM holds keep HBM busy. Without a residual the
 //   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward), and w
 //   is loaded after the reduction; a grid that fits the SMs (small batches) is not capped
-//   and loads w with x (forward_rows);
-// - the backward takes the staged kernel (the register kernel when the batch has at most a
-//   row an SM): a persistent grid (as many CTAs as fit on the
+//   and loads w with x (forward_rows), one 16-byte vector a thread (small_batch_plan);
+// - the backward of at most kClusterMaxRows rows (decode) takes the cluster kernel: one
+//   launch, a CTA per row or two, dw summed across the CTAs through distributed shared
+//   memory (no workspace, no reduce kernel);
+// - other backwards take the staged kernel: a persistent grid (as many CTAs as fit on the
 //   device) walks the rows with a grid stride; each CTA copies its next row into shared
 //   memory with cp.async while it reduces and writes the current one. (The staged forward is
 //   kept for rows no row kernel takes.)
@@ -29,6 +31,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include <cooperative_groups.h>
 
 #include "vec.cuh"
 
@@ -761,6 +765,203 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// ---- Cluster kernel: the 16-byte backward of a few rows (decode), in one launch ----------
+//
+// For [1, 4096] Inductor launches one kernel (one 512-thread CTA, dw = dy * xhat written
+// directly); for [16, 4096] two (a 16-CTA kernel for dx and a column-sum kernel for dw that
+// reads dy and x again). The staged/register kernels above add a dw workspace, a shared-memory
+// accumulator and a second (reduce) kernel. Here a batch of at most kClusterMaxRows rows is one
+// thread-block cluster (portable size, <= 8 CTAs), one 16-byte vector a thread: every load of
+// a CTA's rows (up to two), w and rstd is issued before the one block reduction (both rows'
+// dots at once), dw's share stays in registers, and the CTAs sum their shares through
+// distributed shared memory, each one a slice of the columns, in rank order (deterministic,
+// no atomics, no workspace, no second kernel). One CTA (one row) stores dw directly.
+constexpr int kClusterMax = 8;
+constexpr int kClusterRowsPerCta = 2;
+constexpr int64_t kClusterMaxRows = kClusterMax * kClusterRowsPerCta;
+
+// Sums of `v` (two values) over the CTA, returned to every thread.
+__device__ __forceinline__ float2 block_sum2(float2 v, float2* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+  }
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  if (warps == 1) {
+    return v;
+  }
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    scratch[threadIdx.x >> 5] = v;
+  }
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : make_float2(0.f, 0.f);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+  }
+  return v;
+}
+
+// Grid = one cluster of `cluster` CTAs; CTA b takes rows b and b + cluster; thread j the
+// row's vector j (blockDim.x >= hidden / VEC).
+template <typename T, bool DRESIDUAL>
+__global__ void __launch_bounds__(kMaxThreads)
+    backward_cluster_kernel(T* __restrict__ dx, T* __restrict__ dw, const T* __restrict__ dy,
+                            const T* __restrict__ x, const T* __restrict__ w,
+                            const float* __restrict__ rstd, const T* __restrict__ dresidual,
+                            int rows, int hidden, int cluster) {
+  constexpr int VEC = kVec16<T>;
+  constexpr int R = kClusterRowsPerCta;
+  constexpr int kQuads = VEC / 4;  // float4s of dw a thread
+  static_assert(R == 2, "block_sum2 reduces two rows");
+  using V = Vec<T, VEC>;
+  extern __shared__ float4 dw_share[];  // hidden fp32 (cluster > 1): this CTA's dw share
+  __shared__ float2 scratch[32];
+  const int nvec = hidden / VEC;
+  const int j = static_cast<int>(threadIdx.x);
+  const bool in_row = j < nvec;
+  const float inv_hidden = 1.f / static_cast<float>(hidden);
+
+  // Every load first: w, then x, dy (and the residual grad) and rstd of both rows.
+  V wv;
+  V xv[R];
+  V dyv[R];
+  V drv[R];
+  float r[R];
+  bool live[R];
+  if (in_row) {
+    wv = reinterpret_cast<const V*>(w)[j];
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int row = static_cast<int>(blockIdx.x) + i * cluster;
+    live[i] = row < rows;
+    r[i] = 0.f;
+    if (live[i]) {
+      r[i] = rstd[row];
+      if (in_row) {
+        const int64_t offset = static_cast<int64_t>(row) * hidden;
+        xv[i] = load_once<1>(reinterpret_cast<const V*>(x + offset) + j);
+        dyv[i] = load_once<1>(reinterpret_cast<const V*>(dy + offset) + j);
+        if constexpr (DRESIDUAL) {
+          drv[i] = load_once<1>(reinterpret_cast<const V*>(dresidual + offset) + j);
+        }
+      }
+    }
+  }
+
+  float dot[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    dot[i] = 0.f;
+    if (live[i] && in_row) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        dot[i] += to_float(dyv[i].v[e]) * to_float(wv.v[e]) * to_float(xv[i].v[e]);
+      }
+    }
+  }
+  // The rows stay packed across the reduction (their fp32 forms are recomputed after it):
+  // fewer registers, no spill at 1024 threads.
+  opaque(wv);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    opaque(xv[i]);
+    opaque(dyv[i]);
+  }
+  // mean(g * xhat) = r * mean(dy * w * x), both rows in one reduction
+  const float2 sums = block_sum2(make_float2(dot[0], dot[1]), scratch);
+  const float sum[R] = {sums.x, sums.y};
+
+  float acc[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    acc[e] = 0.f;
+  }
+  V out[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    if (live[i] && in_row) {
+      const float c = sum[i] * r[i] * inv_hidden;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float xhat = to_float(xv[i].v[e]) * r[i];
+        const float g = to_float(dyv[i].v[e]);
+        float d = r[i] * g * to_float(wv.v[e]) - xhat * c * r[i];
+        if constexpr (DRESIDUAL) {
+          d += to_float(drv[i].v[e]);
+        }
+        out[i].v[e] = from_float<T>(d);
+        acc[e] += g * xhat;
+      }
+    }
+  }
+  const auto store_dx = [&] {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      if (live[i] && in_row) {
+        const int64_t row = static_cast<int64_t>(blockIdx.x) + i * cluster;
+        reinterpret_cast<V*>(dx + row * hidden)[j] = out[i];
+      }
+    }
+  };
+
+  if (cluster == 1) {  // one row: its dy * xhat is dw
+    store_dx();
+    if (in_row) {
+      V dw_out;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        dw_out.v[e] = from_float<T>(acc[e]);
+      }
+      reinterpret_cast<V*>(dw)[j] = dw_out;
+    }
+    return;
+  }
+  if (in_row) {
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) {
+      dw_share[j * kQuads + q] =
+          make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    }
+  }
+  // Every share written and visible to the cluster (release / acquire). dx is stored between
+  // the arrival and the wait, so that the release does not wait for those stores.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  store_dx();
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  // This CTA's slice of the columns, four at a time, summed over the CTAs in rank order.
+  const cooperative_groups::cluster_group cta_cluster = cooperative_groups::this_cluster();
+  const int quads = hidden / 4;
+  const int span = (quads + cluster - 1) / cluster;
+  const int first = static_cast<int>(blockIdx.x) * span;
+  const int last = min(quads, first + span);
+  using V4 = Vec<T, 4>;
+  for (int q = first + j; q < last; q += static_cast<int>(blockDim.x)) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int b = 0; b < cluster; ++b) {
+      const float4 v = cta_cluster.map_shared_rank(dw_share, b)[q];
+      s.x += v.x;
+      s.y += v.y;
+      s.z += v.z;
+      s.w += v.w;
+    }
+    V4 dw_out;
+    dw_out.v[0] = from_float<T>(s.x);
+    dw_out.v[1] = from_float<T>(s.y);
+    dw_out.v[2] = from_float<T>(s.z);
+    dw_out.v[3] = from_float<T>(s.w);
+    reinterpret_cast<V4*>(dw)[q] = dw_out;
+  }
+  // No CTA leaves while another still reads its share (the reads above have completed: their
+  // sums were stored).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
 constexpr int kReduceCols = 32;
 constexpr int kReduceSlices = 8;
 
@@ -1074,6 +1275,23 @@ ForwardKind choose_forward(int64_t nvec, int elem, bool residual, RowsPlan* plan
              : ForwardKind::kStaged;
 }
 
+// A batch whose row-kernel grid fits the SMs (decode) is latency-bound: as Inductor does at
+// [1 | 16, 4096] (a 512-thread CTA a row, 8 elements a thread), hold one 16-byte vector a
+// thread, so that a thread's arithmetic before and after the reduction is half as long, on
+// as many CTAs as rows (w is then loaded with x: forward_rows).
+void small_batch_plan(int64_t nvec, int64_t rows, RowsPlan* plan) {
+#ifdef LLM_OPS_RMSNORM_TUNING
+  if (std::getenv("LLM_OPS_RMSNORM_FWD") != nullptr) {
+    return;  // the plan asked for stands
+  }
+#endif
+  RowsPlan one{};
+  if (plan->nv != 1 && plan_rows(nvec, 1, kRowsMinCta, kRowsHint, false, &one) &&
+      fits_the_sms((rows + one.rows_per_cta - 1) / one.rows_per_cta)) {
+    *plan = one;
+  }
+}
+
 template <typename T>
 void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   if (!can_vectorise<T>(a.hidden, {a.y, a.h, a.x, a.residual, a.w})) {
@@ -1084,6 +1302,9 @@ void forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   const bool residual = a.residual != nullptr;
   RowsPlan plan{};
   const ForwardKind kind = choose_forward(a.hidden / VEC, sizeof(T), residual, &plan);
+  if (kind == ForwardKind::kRows) {
+    small_batch_plan(a.hidden / VEC, a.rows, &plan);
+  }
   if (kind == ForwardKind::kRows && (a.rows + plan.rows_per_cta - 1) / plan.rows_per_cta <=
                                         static_cast<int64_t>(0x7fffffff)) {
     if (residual) {
@@ -1147,14 +1368,10 @@ template <typename T>
 BackwardKernel pick_backward(const BackwardArgs& a) {
   const bool vec = can_vectorise<T>(a.hidden, {a.dx, a.dy, a.x, a.w, a.dresidual});
   const bool dres = a.dresidual != nullptr;
-  // At most a row an SM (small batches) the staged kernel's pipeline has nothing to overlap:
-  // the register kernel issues every load of its one row at once.
-  if (vec && fits_the_sms(a.rows)) {
-    constexpr int VEC = kVec16<T>;
-    const int64_t nvec = a.hidden / VEC;
-    return dres ? pick_backward_nv<T, VEC, 1, true>(nvec)
-                : pick_backward_nv<T, VEC, 1, false>(nvec);
-  }
+  // (Batches of up to kClusterMaxRows rows take the cluster kernel: uses_cluster_backward.
+  // The register kernel for every batch of at most a row an SM, tried in 1ddd5d1, measured
+  // slower than the staged one on an H200 at [1, 4096] (3.3 us vs 3.0) and [16, 4096] (6.4
+  // vs 4.6); it writes its dw partials as scalar stores.)
   if (vec) {
     constexpr int VEC = kVec16<T>;
     constexpr int NV = kStagedElemsPerThread / VEC;
@@ -1175,8 +1392,44 @@ BackwardKernel pick_backward(const BackwardArgs& a) {
               : pick_backward_nv<T, 1, 1, false>(a.hidden);
 }
 
+// Whether the backward of `a` takes the cluster kernel: a 16-byte row of at most kMaxThreads
+// vectors (one a thread) and at most kClusterMaxRows rows (decode).
+template <typename T>
+bool uses_cluster_backward(const BackwardArgs& a) {
+  return a.rows >= 1 && a.rows <= kClusterMaxRows && a.hidden / kVec16<T> <= kMaxThreads &&
+         can_vectorise<T>(a.hidden, {a.dx, a.dw, a.dy, a.x, a.w, a.dresidual});
+}
+
+template <typename T, bool DRESIDUAL>
+void backward_cluster(const BackwardArgs& a, cudaStream_t stream) {
+  const int hidden = static_cast<int>(a.hidden);
+  const int rows = static_cast<int>(a.rows);
+  const int cluster = static_cast<int>(std::min<int64_t>(a.rows, kClusterMax));
+  const int threads = threads_for<kVec16<T>, 1>(a.hidden);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  // The CTAs' dw shares (hidden fp32: at most 32 KB, under the default 48 KB limit).
+  config.dynamicSmemBytes = cluster > 1 ? static_cast<size_t>(hidden) * sizeof(float) : 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = cluster > 1 ? 1 : 0;  // one CTA: a plain launch
+  cudaLaunchKernelEx(&config, backward_cluster_kernel<T, DRESIDUAL>, static_cast<T*>(a.dx),
+                     static_cast<T*>(a.dw), static_cast<const T*>(a.dy),
+                     static_cast<const T*>(a.x), static_cast<const T*>(a.w), a.rstd,
+                     static_cast<const T*>(a.dresidual), rows, hidden, cluster);
+}
+
 template <typename T>
 int backward_partials_typed(const BackwardArgs& a) {
+  if (uses_cluster_backward<T>(a)) {
+    return 1;  // no workspace
+  }
   const BackwardKernel k = pick_backward<T>(a);
   cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(k.smem));
@@ -1186,6 +1439,14 @@ int backward_partials_typed(const BackwardArgs& a) {
 template <typename T>
 void backward_typed(const BackwardArgs& a, float* workspace, int partials,
                     cudaStream_t stream) {
+  if (uses_cluster_backward<T>(a)) {
+    if (a.dresidual != nullptr) {
+      backward_cluster<T, true>(a, stream);
+    } else {
+      backward_cluster<T, false>(a, stream);
+    }
+    return;
+  }
   const BackwardKernel k = pick_backward<T>(a);
   cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(k.smem));

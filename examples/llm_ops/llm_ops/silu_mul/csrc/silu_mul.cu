@@ -1,10 +1,10 @@
 // SiLU-and-multiply, forward and backward: elementwise over [rows, 2d] -> [rows, d].
 //
 // Grid: blockIdx.y walks rows (with a stride when there are more than 65535), blockIdx.x and
-// the thread index walk the row's VEC-element vectors (smaller CTAs, more of them, when the
-// rows alone would not fill the SMs) (16 bytes when d and the pointers
+// the thread index walk the row's VEC-element vectors (16 bytes when d and the pointers
 // allow, single elements otherwise, so odd d works). Each thread issues the loads of U
-// vectors before it uses the first. All arithmetic is fp32; each output is rounded once.
+// vectors before it uses the first: U = kUnroll, or 1 on smaller CTAs, more of them, when
+// the grid would not fill the SMs (launch_shape). All arithmetic is fp32; each output is rounded once.
 #include "silu_mul.h"
 
 #include <algorithm>
@@ -24,7 +24,7 @@ __device__ __forceinline__ float sigmoid(float a) {
   return __fdividef(1.f, 1.f + __expf(-a));
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, int U>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t rows, int64_t d) {
   using V = Vec<T, VEC>;
@@ -35,11 +35,11 @@ __global__ void __launch_bounds__(kMaxThreads)
     const V* b = reinterpret_cast<const V*>(x + r * 2 * d + d);
     V* o = reinterpret_cast<V*>(out + r * d);
     for (int j0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); j0 < nvec;
-         j0 += stride * kUnroll) {
-      V av[kUnroll];
-      V bv[kUnroll];
+         j0 += stride * U) {
+      V av[U];
+      V bv[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int j = j0 + u * stride;
         if (j < nvec) {
           av[u] = a[j];
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int j = j0 + u * stride;
         if (j < nvec) {
           V ov;
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, int U>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_kernel(T* __restrict__ dx, const T* __restrict__ dout, const T* __restrict__ x,
                     int64_t rows, int64_t d) {
@@ -77,12 +77,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     V* da = reinterpret_cast<V*>(dx + r * 2 * d);
     V* db = reinterpret_cast<V*>(dx + r * 2 * d + d);
     for (int j0 = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); j0 < nvec;
-         j0 += stride * kUnroll) {
-      V av[kUnroll];
-      V bv[kUnroll];
-      V gv[kUnroll];
+         j0 += stride * U) {
+      V av[U];
+      V bv[U];
+      V gv[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int j = j0 + u * stride;
         if (j < nvec) {
           av[u] = a[j];
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int j = j0 + u * stride;
         if (j < nvec) {
           V dav;
@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 struct Launch {
   dim3 grid;
   dim3 block;
+  int unroll;  // vectors a thread per grid stride: kUnroll or 1
 };
 
 int sm_count() {
@@ -128,22 +129,31 @@ int sm_count() {
   return sms;
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 Launch launch_shape(int64_t rows, int64_t nvec) {
-  const int64_t per_thread = (nvec + kUnroll - 1) / kUnroll;
   const int64_t blocks_y = std::max<int64_t>(1, std::min(rows, kMaxGridY));
-  int64_t threads =
+  const int64_t per_thread = ceil_div(nvec, kUnroll);
+  const int64_t threads =
       std::clamp<int64_t>((per_thread + 31) / 32 * 32, 64, static_cast<int64_t>(kMaxThreads));
-  // A grid smaller than the SMs (a few rows: decode) puts a row's vectors on as many SMs as
-  // 64-thread CTAs allow rather than on one CTA of up to 256 threads.
+  const int64_t blocks_x = std::max<int64_t>(1, ceil_div(per_thread, threads));
   const int64_t sms = sm_count();
-  if (blocks_y < sms) {
-    const int64_t wanted_x = std::max<int64_t>(1, sms / blocks_y);
-    const int64_t spread = (per_thread + wanted_x - 1) / wanted_x;
-    threads = std::clamp<int64_t>((spread + 31) / 32 * 32, 64, threads);
+  if (blocks_x * blocks_y >= sms) {
+    return {dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+            dim3(static_cast<unsigned>(threads)), kUnroll};
   }
-  const int64_t blocks_x = std::max<int64_t>(1, (per_thread + threads - 1) / threads);
-  return {dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
-          dim3(static_cast<unsigned>(threads))};
+  // A grid smaller than the SMs (a few rows: decode) is latency-bound. Inductor's pointwise
+  // kernels at [1 | 16, 4096] run 128-thread CTAs of 1-4 elements a thread, 16-32 CTAs a row
+  // of 4096; here one 16-byte vector a thread (no second vector in the thread's chain of
+  // loads and arithmetic), CTAs of 128 threads halved (down to a warp) while the grid would
+  // still have at most half a CTA an SM: [1, 4096] bf16 -> 16 CTAs of 32, [16, 4096] -> 128
+  // CTAs of 64.
+  int64_t small = std::clamp<int64_t>((nvec + 31) / 32 * 32, 32, 128);
+  while (small > 32 && ceil_div(nvec, small) * blocks_y * 2 <= sms) {
+    small /= 2;
+  }
+  return {dim3(static_cast<unsigned>(ceil_div(nvec, small)), static_cast<unsigned>(blocks_y)),
+          dim3(static_cast<unsigned>(small)), 1};
 }
 
 template <typename T>
@@ -152,16 +162,34 @@ bool can_vectorise(int64_t d, std::initializer_list<const void*> ptrs) {
          std::all_of(ptrs.begin(), ptrs.end(), [](const void* p) { return aligned16(p); });
 }
 
+template <typename T, int VEC>
+void forward_vec(const Launch& l, T* out, const T* x, int64_t rows, int64_t d,
+                 cudaStream_t stream) {
+  if (l.unroll == 1) {
+    forward_kernel<T, VEC, 1><<<l.grid, l.block, 0, stream>>>(out, x, rows, d);
+  } else {
+    forward_kernel<T, VEC, kUnroll><<<l.grid, l.block, 0, stream>>>(out, x, rows, d);
+  }
+}
+
+template <typename T, int VEC>
+void backward_vec(const Launch& l, T* dx, const T* dout, const T* x, int64_t rows, int64_t d,
+                  cudaStream_t stream) {
+  if (l.unroll == 1) {
+    backward_kernel<T, VEC, 1><<<l.grid, l.block, 0, stream>>>(dx, dout, x, rows, d);
+  } else {
+    backward_kernel<T, VEC, kUnroll><<<l.grid, l.block, 0, stream>>>(dx, dout, x, rows, d);
+  }
+}
+
 template <typename T>
 void forward_typed(void* out, const void* x, int64_t rows, int64_t d, cudaStream_t stream) {
   T* o = static_cast<T*>(out);
   const T* in = static_cast<const T*>(x);
   if (can_vectorise<T>(d, {out, x})) {
-    const Launch l = launch_shape(rows, d / kVec16<T>);
-    forward_kernel<T, kVec16<T>><<<l.grid, l.block, 0, stream>>>(o, in, rows, d);
+    forward_vec<T, kVec16<T>>(launch_shape(rows, d / kVec16<T>), o, in, rows, d, stream);
   } else {
-    const Launch l = launch_shape(rows, d);
-    forward_kernel<T, 1><<<l.grid, l.block, 0, stream>>>(o, in, rows, d);
+    forward_vec<T, 1>(launch_shape(rows, d), o, in, rows, d, stream);
   }
 }
 
@@ -172,11 +200,9 @@ void backward_typed(void* dx, const void* dout, const void* x, int64_t rows, int
   const T* go = static_cast<const T*>(dout);
   const T* in = static_cast<const T*>(x);
   if (can_vectorise<T>(d, {dx, dout, x})) {
-    const Launch l = launch_shape(rows, d / kVec16<T>);
-    backward_kernel<T, kVec16<T>><<<l.grid, l.block, 0, stream>>>(g, go, in, rows, d);
+    backward_vec<T, kVec16<T>>(launch_shape(rows, d / kVec16<T>), g, go, in, rows, d, stream);
   } else {
-    const Launch l = launch_shape(rows, d);
-    backward_kernel<T, 1><<<l.grid, l.block, 0, stream>>>(g, go, in, rows, d);
+    backward_vec<T, 1>(launch_shape(rows, d), g, go, in, rows, d, stream);
   }
 }
 

@@ -31,6 +31,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "moe.h"
+
 namespace moe_ops::gemm {
 
 constexpr int kGemvRows = 4;      // rows of A a pass over the column tile
@@ -46,6 +48,7 @@ constexpr int kGemvRowCols = 8 * kGemvRowLanes;
 constexpr int kGemvRowKs = (32 / kGemvRowLanes) * kGemvWarps;
 // K-major B: columns a CTA (2 a warp).
 constexpr int kGemvColCols = 2 * kGemvWarps;
+static_assert(kGemvColCols == moe_ops::kGemvColumnsPerCta, "moe.h's rule counts these CTAs");
 
 __device__ __forceinline__ float gemv_silu_mul(float gate, float up) {
   return gate / (1.0f + __expf(-gate)) * up;

@@ -25,8 +25,16 @@ enum class GemmConfig : int {
 // kSmallRowsPerGroup) and the cooperative tiles of the experts that can have rows would
 // fill less than half the SMs; else kCooperative (gemm_config_for; docs/moe_ops.md).
 constexpr int64_t kSmallRowsPerGroup = 4;
-// `kAuto` takes kGemv first, when the rows an expert average at most this.
+// `kAuto` takes kGemv only with K-major weights (its row-major kernel lost to a CUTLASS tile
+// on every decode GEMM measured), at most one row an expert on average, the experts with
+// rows filling at most kGemvMaxCoopTiles cooperative tiles (beyond that the CUTLASS tile
+// streams as fast and is exact), and a grid whose last wave of CTAs is at least half full
+// (or that fits in one wave): see gemm_config_for and docs/moe_ops.md.
 constexpr int64_t kGemvRowsPerGroup = 1;
+constexpr int64_t kGemvMaxCoopTiles = 64;
+// The K-major kernel's columns a CTA and CTAs resident an SM (80 registers x 256 threads).
+constexpr int64_t kGemvColumnsPerCta = 16;
+constexpr int64_t kGemvCtasPerSm = 3;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;

@@ -251,16 +251,24 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
       args.config == static_cast<int>(GemmConfig::kGemv)) {
     return static_cast<GemmConfig>(args.config);
   }
-  // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count and N are known on
-  // the host. With a few rows an expert (decode), at most min(groups, m_total) experts have
-  // rows, each one 128x256 tile high: when those tiles would fill less than half the SMs,
-  // the small tile's four times as many CTAs stream the weights faster. Otherwise the
-  // cooperative tile: the fastest or within 3% of it on every prefill layer benchmarked.
-  if (args.m_total <= args.groups * kGemvRowsPerGroup) {
-    return GemmConfig::kGemv;
-  }
+  // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count, N and the weight
+  // layout are known on the host. With a few rows an expert (decode), at most
+  // active = min(groups, m_total) experts have rows, each one 128x256 tile high.
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
   const int64_t coop_tiles = active * ((args.n + 255) / 256);
+  // The weight-streaming kernel: one row an expert or less, K-major weights, few tiles (the
+  // tile configurations leave most SMs idle), and no near-empty last wave of its CTAs.
+  if (args.b_k_major && args.m_total <= args.groups * kGemvRowsPerGroup &&
+      coop_tiles <= kGemvMaxCoopTiles) {
+    const int64_t ctas = active * ((args.n + kGemvColumnsPerCta - 1) / kGemvColumnsPerCta);
+    const int64_t wave = kGemvCtasPerSm * sm_count;
+    if (ctas <= wave || ctas % wave == 0 || 2 * (ctas % wave) >= wave || ctas >= 4 * wave) {
+      return GemmConfig::kGemv;
+    }
+  }
+  // When the cooperative tiles would fill less than half the SMs, the small tile's four times
+  // as many CTAs stream the weights faster. Otherwise the cooperative tile: the fastest or
+  // within 3% of it on every prefill layer benchmarked.
   if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
     return GemmConfig::kSmall;
   }

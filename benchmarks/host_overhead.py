@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from gpu_machine import driver
 
 __all__ = ["main"]
 
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "driver": torch_driver(),
+        "driver": driver(),
         "python": sys.version.split()[0],
     }
     if args.out:
@@ -237,21 +237,6 @@ def eager_residual(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple[t
     """The eager torch code `rms_norm(x, w, residual=r)` replaces."""
     h = x + r
     return F.rms_norm(h, (h.shape[-1],), w, 1e-6), h
-
-
-def torch_driver() -> str | None:
-    """The NVIDIA driver version, as nvidia-smi reports it (None where it cannot)."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.strip().splitlines()[0] if out.strip() else None
 
 
 if __name__ == "__main__":

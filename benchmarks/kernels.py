@@ -29,7 +29,6 @@ import json
 import math
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_machine import driver
 
 __all__ = ["main"]
 
@@ -292,20 +292,6 @@ def copy_sweep(min_replays: int) -> dict[str, float]:
 # -- the run ---------------------------------------------------------------------------------
 
 
-def _driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.strip().splitlines()[0] if out.strip() else None
-
-
 def _version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -382,7 +368,7 @@ def run(
 
     return {
         "gpu": torch.cuda.get_device_name(),
-        "driver": _driver(),
+        "driver": driver(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),

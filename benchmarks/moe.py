@@ -109,6 +109,23 @@ QUICK_LAYERS = (
 )
 
 
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None (with a message) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("moe benchmark: no matplotlib, no chart", file=sys.stderr)
+        return None
+    return plt
+
+
 def bench(fn: Fn) -> float:
     """Median milliseconds of `fn`, L2 flushed before each call."""
     from triton.testing import do_bench
@@ -428,19 +445,14 @@ def fp8_summary(layers: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 ratios[f"{lay['label']}|{gemm}"] = theirs / ours
     out: dict[str, Any] = {"rowwise_vs_torch_per_gemm": ratios}
     if ratios:
-        out["geomean"] = math.exp(sum(map(math.log, ratios.values())) / len(ratios))
+        out["geomean"] = geomean(list(ratios.values()))
         out["min"] = min(ratios.values())
     return out
 
 
 def fp8_chart(result: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("moe benchmark: no matplotlib, no chart", file=sys.stderr)
+    plt = _pyplot()
+    if plt is None:
         return False
     impls = (
         "torch._scaled_grouped_mm rowwise",
@@ -532,13 +544,8 @@ def environment() -> dict[str, Any]:
 
 
 def chart(result: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("moe benchmark: no matplotlib, no chart", file=sys.stderr)
+    plt = _pyplot()
+    if plt is None:
         return False
     layers = result["layers"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
@@ -636,9 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for x in lay["summary"]["grouped_mm_speedup_per_gemm"].values()
     ]
     if per_gemm:
-        result["grouped_mm_per_gemm_geomean"] = math.exp(
-            sum(map(math.log, per_gemm)) / len(per_gemm)
-        )
+        result["grouped_mm_per_gemm_geomean"] = geomean(per_gemm)
         result["grouped_mm_per_gemm_min"] = min(per_gemm)
         print(
             f"grouped_mm vs torch._grouped_mm over {len(per_gemm)} GEMMs (auto config): "

@@ -29,6 +29,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "gemv.cuh"
+#include "adapter_run.cuh"
 #include "group_offsets.cuh"
 #include "moe.h"
 #include "silu_mul_epilogue.hpp"
@@ -184,10 +185,6 @@ size_t workspace_size(int64_t groups, int sm_count) {
   return Arrays<G>::bytes(groups) + 128 + G::Adapter::get_workspace_size(arguments);
 }
 
-inline const char* status_message(cutlass::Status status) {
-  return cutlassGetStatusString(status);
-}
-
 template <class G>
 const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int sm_count,
                 cudaStream_t stream) {
@@ -240,26 +237,8 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
   }
-  int device = 0;
-  cudaGetDevice(&device);
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = sm_count;
-
-  typename G::Adapter gemm;
-  cutlass::Status status = gemm.can_implement(arguments);
-  if (status != cutlass::Status::kSuccess) {
-    return status_message(status);
-  }
-  status = gemm.initialize(arguments, cutlass_workspace, stream);
-  if (status != cutlass::Status::kSuccess) {
-    return status_message(status);
-  }
-  status = gemm.run(stream);
-  if (status != cutlass::Status::kSuccess) {
-    return status_message(status);
-  }
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return groups::run_adapter<typename G::Adapter>(arguments, cutlass_workspace, sm_count,
+                                                  stream);
 }
 
 }  // namespace moe_ops::gemm

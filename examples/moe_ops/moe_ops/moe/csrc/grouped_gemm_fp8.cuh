@@ -36,6 +36,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include "adapter_run.cuh"
 #include "group_offsets.cuh"
 #include "moe.h"
 
@@ -266,26 +267,8 @@ const char* run(const Fp8GemmArgs& args, void* workspace, size_t bytes, int sm_c
         {{arrays.a_scale, 0.0f, {}}, {}, {}},  // XScale * acc
         {}};
   }
-  int device = 0;
-  cudaGetDevice(&device);
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = sm_count;
-
-  typename G::Adapter gemm;
-  cutlass::Status status = gemm.can_implement(arguments);
-  if (status != cutlass::Status::kSuccess) {
-    return cutlassGetStatusString(status);
-  }
-  status = gemm.initialize(arguments, cutlass_workspace, stream);
-  if (status != cutlass::Status::kSuccess) {
-    return cutlassGetStatusString(status);
-  }
-  status = gemm.run(stream);
-  if (status != cutlass::Status::kSuccess) {
-    return cutlassGetStatusString(status);
-  }
-  err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return groups::run_adapter<typename G::Adapter>(arguments, cutlass_workspace, sm_count,
+                                                  stream);
 }
 
 }  // namespace moe_ops::fp8

@@ -1,9 +1,11 @@
 """examples/moe_ops on a machine without a GPU: the CUTLASS sm90 package builds, installs,
 imports and says why it cannot run.
 
-The build is the real one: ten translation units, eight of them CUTLASS 3.x grouped-GEMM
-instantiations (minutes on two cores), with the CUTLASS headers of the `nvidia-cutlass`
-wheel (`depends = ["cutlass"]`). Without those headers the module skips, with the reason.
+The build is the real one: seventeen translation units, fourteen of them CUTLASS 3.x
+grouped-GEMM instantiations (bf16 and FP8; about five minutes on two cores), with the
+CUTLASS headers of the `nvidia-cutlass` wheel (`depends = ["cutlass"]`). Without those
+headers the module skips, with the reason. The FP8 quantisation helpers and every op's fake
+are checked here too: they need no GPU.
 """
 
 from __future__ import annotations
@@ -99,3 +101,94 @@ def test_offsets_report_op_dispatches_without_a_device_and_reports_nothing(site:
     nothing, refused, exported = json.loads(out)
     assert nothing and exported
     assert "check_offsets_errors: device index -1 is outside [0, 64)" in refused
+
+
+def test_fp8_quantisation_layouts_reasons_and_fakes_on_cpu(site: Path) -> None:
+    # The FP8 helpers are torch ops: their layouts and scale rules hold on any device. An
+    # e4m3 value keeps 3 mantissa bits, so each element is within half an ulp (2^-4 relative,
+    # for normal values) of what it stands for; a wrong scale or layout errs by order 1.
+    out = run_in(
+        site,
+        """
+        import json, torch
+        from moe_ops import moe
+        torch.manual_seed(0)
+        res = {}
+        # Columns of very different size: one scale per column.
+        w = torch.randn(3, 256, 384) * torch.logspace(-2, 1, 384)
+        q, s = moe.quantize_fp8_weights(w, "rowwise")
+        deq = q.float() * s[:, None, :]
+        res["row"] = [list(q.shape), str(q.dtype), q.transpose(-2, -1).is_contiguous(),
+                      list(s.shape), float((deq - w).norm() / w.norm()),
+                      bool(torch.allclose(s, w.abs().amax(dim=1) / 448.0))]
+        # One scale per 128 x 128 block of [N, K]: the block's amax / 448.
+        qb, sb = moe.quantize_fp8_weights(w, "blockwise")
+        amax = w.transpose(-2, -1).reshape(3, 3, 128, 2, 128).abs().amax(dim=(2, 4))
+        deqb = qb.transpose(-2, -1).float().reshape(3, 3, 128, 2, 128) * sb[:, :, None, :, None]
+        deqb = deqb.reshape(3, 384, 256).transpose(-2, -1)
+        res["block"] = [list(sb.shape), bool(torch.allclose(sb, amax / 448.0)),
+                        float((deqb - w).norm() / w.norm())]
+        x = torch.randn(5, 256)
+        x[2] = 0  # an all-zero row: scale 1, not a division by zero
+        xq, xs = moe.quantize_fp8_activations(x, "rowwise")
+        _, xsb = moe.quantize_fp8_activations(x, "blockwise")
+        res["act"] = [list(xs.shape), float(xs[2]), list(xsb.shape),
+                      float((xq.float() * xs[:, None] - x).norm() / x.norm())]
+        errors = []
+        for call in (lambda: moe.quantize_fp8_weights(w, "columnwise"),
+                     lambda: moe.quantize_fp8_weights(torch.randn(2, 100, 128), "blockwise"),
+                     lambda: moe.quantize_fp8_activations(torch.randn(4, 100), "blockwise")):
+            try:
+                call()
+                errors.append(None)
+            except ValueError as exc:
+                errors.append(str(exc))
+        res["errors"] = errors
+        res["reasons"] = [
+            moe.fp8_unsupported_shape_reason((16, 256), (4, 256, 512), "blockwise"),
+            moe.fp8_unsupported_shape_reason((16, 48), (4, 48, 80)),
+            moe.fp8_unsupported_shape_reason((16, 48), (4, 48, 80), "blockwise"),
+            moe.fp8_unsupported_shape_reason((16, 24), (4, 24, 32)),
+        ]
+        meta = dict(device="meta")
+        e4m3 = moe.FP8_DTYPE
+        def k_major(e, k, n):
+            return torch.empty(e, n, k, dtype=e4m3, **meta).transpose(-2, -1)
+        xm = torch.empty(100, 256, dtype=e4m3, **meta)
+        offsets = torch.empty(8, dtype=torch.int32, **meta)
+        y = moe.grouped_mm_fp8(xm, k_major(8, 256, 512), torch.empty(100, **meta),
+                               torch.empty(8, 512, **meta), offsets)
+        xb = torch.empty(100, 256, dtype=torch.bfloat16, **meta)
+        logits = torch.empty(100, 8, **meta)
+        f = moe.moe_forward_fp8(xb, logits, k_major(8, 256, 512), torch.empty(8, 512, **meta),
+                                k_major(8, 256, 256), torch.empty(8, 256, **meta), 2)
+        res["meta"] = [list(y.shape), str(y.dtype), list(f.shape), str(f.dtype)]
+        print(json.dumps(res))
+        """,
+    )
+    res = json.loads(out)
+    shape, dtype, k_major, scale_shape, row_err, row_scales = res["row"]
+    assert (shape, dtype, k_major, scale_shape) == (
+        [3, 256, 384],
+        "torch.float8_e4m3fn",
+        True,
+        [3, 384],
+    )
+    assert row_scales and 0 < row_err <= 2**-4
+    block_scales, block_match, block_err = res["block"]
+    assert block_scales == [3, 3, 2] and block_match and 0 < block_err <= 2**-4
+    act_scales, zero_row_scale, act_block_scales, act_err = res["act"]
+    assert act_scales == [5] and zero_row_scale == 1.0 and act_block_scales == [5, 2]
+    assert 0 < act_err <= 2**-4
+    assert res["errors"] == [
+        "layout must be one of rowwise, blockwise, got 'columnwise'",
+        "K = 100 and N = 128 must be multiples of 128",
+        "K = 100 must be a multiple of 128 for block scales",
+    ]
+    assert res["reasons"] == [
+        None,
+        None,
+        "K = 48 must be a positive multiple of 128 (blockwise scales)",
+        "K = 24 must be a positive multiple of 16 (rowwise scales)",
+    ]
+    assert res["meta"] == [[100, 512], "torch.bfloat16", [100, 256], "torch.bfloat16"]

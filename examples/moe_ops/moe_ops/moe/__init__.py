@@ -88,11 +88,12 @@ ROUTER_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_EXPERTS = 1024
 #: Largest top-k of `moe_forward`.
 MAX_TOP_K = 8
-#: Tile configurations: "auto" takes "small" at decode sizes, when at most 4 rows an expert
-#: on average and the cooperative tiles of the experts that can have rows would fill less
-#: than half the SMs (moe.h's rule: only the row count, the expert count and N are known on
-#: the host), else "cooperative" (the fastest or within 3% of it on every prefill layer
-#: benchmarked, see docs/moe_ops.md); the others force one.
+#: Kernel configurations; the others force one, "auto" picks by a rule on what the host
+#: knows (rows, experts, N, the weight layout, SMs; routing.cu's gemm_config_for, explained in
+#: docs/moe_ops.md): "gemv" (the weight-streaming kernel) for K-major weights at about one
+#: row an expert when few tiles would run, "small" when the cooperative tiles would fill less
+#: than half the SMs, else "cooperative" (the fastest or within 3% of it on every prefill
+#: layer benchmarked). Every config but "gemv" is bit-identical to torch._grouped_mm.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3, "gemv": 4}
 #: The FP8 operands' dtype (x and w of `grouped_mm_fp8`, the weights of `moe_forward_fp8`).
 FP8_DTYPE = torch.float8_e4m3fn

@@ -117,9 +117,20 @@ _moe_forward_fp8 = _ops.moe_forward_fp8.default
 _check_offsets_errors = _ops.check_offsets_errors.default
 
 
-def _dims_reason(name: str, value: int) -> str | None:
-    if value <= 0 or value % ALIGNMENT:
-        return f"{name} = {value} must be a positive multiple of {ALIGNMENT}"
+def _dims_reason(name: str, value: int, step: int = ALIGNMENT, why: str = "") -> str | None:
+    if value <= 0 or value % step:
+        return f"{name} = {value} must be a positive multiple of {step}{why}"
+    return None
+
+
+def _operands_reason(x_shape: Sequence[int], w_shape: Sequence[int]) -> str | None:
+    """Why x [M, K] and w [E, K, N] are not the operands of a grouped GEMM, or None."""
+    if len(x_shape) != 2 or len(w_shape) != 3:
+        return "x must be 2-D [M, K] and w 3-D [E, K, N]"
+    if x_shape[1] != w_shape[1]:
+        return f"x's K ({x_shape[1]}) differs from w's K ({w_shape[1]})"
+    if w_shape[0] < 1:
+        return "w must hold at least one expert"
     return None
 
 
@@ -129,13 +140,11 @@ def unsupported_shape_reason(
     """None when `grouped_mm` supports x of `x_shape` and w of `w_shape`, else why not."""
     if dtype != DTYPE:
         return f"dtype {dtype} is not supported (only {DTYPE})"
-    if len(x_shape) != 2 or len(w_shape) != 3:
-        return "x must be 2-D [M, K] and w 3-D [E, K, N]"
-    if x_shape[1] != w_shape[1]:
-        return f"x's K ({x_shape[1]}) differs from w's K ({w_shape[1]})"
-    if w_shape[0] < 1:
-        return "w must hold at least one expert"
-    return _dims_reason("K", int(w_shape[1])) or _dims_reason("N", int(w_shape[2]))
+    return (
+        _operands_reason(x_shape, w_shape)
+        or _dims_reason("K", int(w_shape[1]))
+        or _dims_reason("N", int(w_shape[2]))
+    )
 
 
 def moe_unsupported_shape_reason(
@@ -172,17 +181,13 @@ def fp8_unsupported_shape_reason(
     `layout` ("rowwise" or "blockwise"), else why not, in words."""
     if layout not in FP8_LAYOUTS:
         return f"layout must be one of {', '.join(FP8_LAYOUTS)}, got {layout!r}"
-    if len(x_shape) != 2 or len(w_shape) != 3:
-        return "x must be 2-D [M, K] and w 3-D [E, K, N]"
-    if x_shape[1] != w_shape[1]:
-        return f"x's K ({x_shape[1]}) differs from w's K ({w_shape[1]})"
-    if w_shape[0] < 1:
-        return "w must hold at least one expert"
     step = FP8_BLOCK if layout == "blockwise" else FP8_ALIGNMENT
-    for name, value in (("K", int(w_shape[1])), ("N", int(w_shape[2]))):
-        if value <= 0 or value % step:
-            return f"{name} = {value} must be a positive multiple of {step} ({layout} scales)"
-    return None
+    why = f" ({layout} scales)"
+    return (
+        _operands_reason(x_shape, w_shape)
+        or _dims_reason("K", int(w_shape[1]), step, why)
+        or _dims_reason("N", int(w_shape[2]), step, why)
+    )
 
 
 def _config(config: str) -> int:

@@ -780,13 +780,9 @@ constexpr int kClusterMax = 8;
 constexpr int kClusterRowsPerCta = 2;
 constexpr int64_t kClusterMaxRows = kClusterMax * kClusterRowsPerCta;
 
-// Sums of `v` (two values) over the CTA, returned to every thread.
+// Sums of `v` (two values) over the CTA, returned to every thread (block_sum for two).
 __device__ __forceinline__ float2 block_sum2(float2 v, float2* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
-    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
-  }
+  v = make_float2(warp_sum(v.x), warp_sum(v.y));
   const int warps = static_cast<int>(blockDim.x) >> 5;
   if (warps == 1) {
     return v;
@@ -797,12 +793,7 @@ __device__ __forceinline__ float2 block_sum2(float2 v, float2* scratch) {
   }
   __syncthreads();
   v = lane < warps ? scratch[lane] : make_float2(0.f, 0.f);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
-    v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
-  }
-  return v;
+  return make_float2(warp_sum(v.x), warp_sum(v.y));
 }
 
 // Grid = one cluster of `cluster` CTAs; CTA b takes rows b and b + cluster; thread j the

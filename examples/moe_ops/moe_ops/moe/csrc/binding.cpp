@@ -321,6 +321,33 @@ Router check_router(const Tensor& router_logits, int64_t tokens, int64_t top_k, 
 
 size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// An expert layer's w_gate_up [E, H, 2I] and w_down [E, I, H] (H = x's columns), each
+// described into `up` / `down` by `describe` (describe_weights or describe_fp8_weights), 2I a
+// multiple of 2 * `alignment`, all inputs on x's device; returns I. moe_forward and
+// moe_forward_fp8 check their layers with it.
+template <class Args>
+int64_t describe_layer(const Tensor& x, const Tensor& router_logits, const Tensor& w_gate_up,
+                       const Tensor& w_down, int64_t experts, int64_t alignment,
+                       void (*describe)(const Tensor&, int64_t, const char*, const char*, Args&),
+                       const char* op, Args& up, Args& down) {
+  const int64_t hidden = x.size(1);
+  describe(w_gate_up, hidden, op, "w_gate_up", up);
+  STD_TORCH_CHECK(up.groups == experts, op, ": w_gate_up must have one matrix per expert (",
+                  experts, "), got ", up.groups);
+  STD_TORCH_CHECK(up.n % (2 * alignment) == 0, op, ": w_gate_up's 2*I must be a multiple of ",
+                  2 * alignment);
+  const int64_t inter = up.n / 2;
+  describe(w_down, inter, op, "w_down", down);
+  STD_TORCH_CHECK(down.groups == experts && down.n == hidden, op, ": w_down must be [", experts,
+                  ", ", inter, ", ", hidden, "]");
+  const int32_t device = x.get_device_index();
+  STD_TORCH_CHECK(router_logits.get_device_index() == device &&
+                      w_gate_up.get_device_index() == device &&
+                      w_down.get_device_index() == device,
+                  op, ": all inputs must be on one device");
+  return inter;
+}
+
 Tensor moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_down,
                    int64_t top_k, int64_t config) {
   const char* op = "moe_forward";
@@ -331,21 +358,10 @@ Tensor moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_do
   const moe_ops::LogitType logit_type = router.logit_type;
   const int64_t experts = router.experts;
   moe_ops::GroupedGemmArgs up{};
-  describe_weights(w_gate_up, hidden, op, "w_gate_up", up);
-  STD_TORCH_CHECK(up.groups == experts, op, ": w_gate_up must have one matrix per expert (",
-                  experts, "), got ", up.groups);
-  STD_TORCH_CHECK(up.n % (2 * moe_ops::kAlignment) == 0, op,
-                  ": w_gate_up's 2*I must be a multiple of ", 2 * moe_ops::kAlignment);
-  const int64_t inter = up.n / 2;
   moe_ops::GroupedGemmArgs down{};
-  describe_weights(w_down, inter, op, "w_down", down);
-  STD_TORCH_CHECK(down.groups == experts && down.n == hidden, op, ": w_down must be [", experts,
-                  ", ", inter, ", ", hidden, "]");
+  const int64_t inter = describe_layer(x, router_logits, w_gate_up, w_down, experts,
+                                       moe_ops::kAlignment, describe_weights, op, up, down);
   const int32_t device = x.get_device_index();
-  STD_TORCH_CHECK(router_logits.get_device_index() == device &&
-                      w_gate_up.get_device_index() == device &&
-                      w_down.get_device_index() == device,
-                  op, ": all inputs must be on one device");
   const int64_t rows = tokens * top_k;
   STD_TORCH_CHECK(rows < std::numeric_limits<int32_t>::max(), op, ": too many tokens");
 
@@ -574,20 +590,10 @@ Tensor moe_forward_fp8(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor 
   STD_TORCH_CHECK(hidden % moe_ops::kFp8Alignment == 0, op, ": H (", hidden,
                   ") must be a multiple of ", moe_ops::kFp8Alignment);
   moe_ops::Fp8GemmArgs up{};
-  describe_fp8_weights(w_gate_up, hidden, op, "w_gate_up", up);
-  STD_TORCH_CHECK(up.groups == experts, op, ": w_gate_up must have one matrix per expert (",
-                  experts, "), got ", up.groups);
-  STD_TORCH_CHECK(up.n % (2 * moe_ops::kFp8Alignment) == 0, op,
-                  ": w_gate_up's 2*I must be a multiple of ", 2 * moe_ops::kFp8Alignment);
-  const int64_t inter = up.n / 2;
   moe_ops::Fp8GemmArgs down{};
-  describe_fp8_weights(w_down, inter, op, "w_down", down);
-  STD_TORCH_CHECK(down.groups == experts && down.n == hidden, op, ": w_down must be [", experts,
-                  ", ", inter, ", ", hidden, "]");
-  STD_TORCH_CHECK(router_logits.get_device_index() == device &&
-                      w_gate_up.get_device_index() == device &&
-                      w_down.get_device_index() == device,
-                  op, ": all inputs must be on one device");
+  const int64_t inter = describe_layer(x, router_logits, w_gate_up, w_down, experts,
+                                       moe_ops::kFp8Alignment, describe_fp8_weights, op, up,
+                                       down);
   up.scaling = check_fp8_weight_scale(w_gate_up_scale, up, device, op, "w_gate_up_scale");
   down.scaling = check_fp8_weight_scale(w_down_scale, down, device, op, "w_down_scale");
   STD_TORCH_CHECK(up.scaling == down.scaling, op, ": w_gate_up_scale is ",

@@ -29,7 +29,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "gemv.cuh"
-#include "adapter_run.cuh"
+#include "cutlass_adapter.cuh"
 #include "group_offsets.cuh"
 #include "moe.h"
 #include "silu_mul_epilogue.hpp"
@@ -123,33 +123,22 @@ struct Arrays {
   typename G::StrideD* stride_d;
   typename G::Shape* shapes;
 
-  static size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
-
-  static size_t bytes(int64_t groups) {
-    const size_t g = static_cast<size_t>(groups);
-    return 3 * round16(g * sizeof(void*)) + round16(g * sizeof(typename G::StrideA)) +
-           round16(g * sizeof(typename G::StrideB)) + round16(g * sizeof(typename G::StrideD)) +
-           round16(g * sizeof(typename G::Shape));
+  static Arrays carve(moe_ops::groups::Carver& c, int64_t groups) {
+    Arrays r;
+    r.a = c.take<const Element*>(groups);
+    r.b = c.take<const Element*>(groups);
+    r.d = c.take<Element*>(groups);
+    r.stride_a = c.take<typename G::StrideA>(groups);
+    r.stride_b = c.take<typename G::StrideB>(groups);
+    r.stride_d = c.take<typename G::StrideD>(groups);
+    r.shapes = c.take<typename G::Shape>(groups);
+    return r;
   }
 
-  static Arrays carve(void* workspace, int64_t groups) {
-    const size_t g = static_cast<size_t>(groups);
-    char* p = static_cast<char*>(workspace);
-    Arrays r;
-    r.a = reinterpret_cast<const Element**>(p);
-    p += round16(g * sizeof(void*));
-    r.b = reinterpret_cast<const Element**>(p);
-    p += round16(g * sizeof(void*));
-    r.d = reinterpret_cast<Element**>(p);
-    p += round16(g * sizeof(void*));
-    r.stride_a = reinterpret_cast<typename G::StrideA*>(p);
-    p += round16(g * sizeof(typename G::StrideA));
-    r.stride_b = reinterpret_cast<typename G::StrideB*>(p);
-    p += round16(g * sizeof(typename G::StrideB));
-    r.stride_d = reinterpret_cast<typename G::StrideD*>(p);
-    p += round16(g * sizeof(typename G::StrideD));
-    r.shapes = reinterpret_cast<typename G::Shape*>(p);
-    return r;
+  static size_t bytes(int64_t groups) {
+    moe_ops::groups::Carver c{nullptr};
+    carve(c, groups);
+    return c.used;
   }
 };
 
@@ -178,11 +167,8 @@ struct DescribeGroup {
 
 template <class G>
 size_t workspace_size(int64_t groups, int sm_count) {
-  typename G::Adapter::Arguments arguments{};
-  arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  arguments.problem_shape = {static_cast<int>(groups), nullptr, nullptr};
-  arguments.hw_info.sm_count = sm_count;
-  return Arrays<G>::bytes(groups) + 128 + G::Adapter::get_workspace_size(arguments);
+  return moe_ops::groups::workspace_size<typename G::Adapter>(Arrays<G>::bytes(groups), groups,
+                                                              sm_count);
 }
 
 template <class G>
@@ -194,10 +180,9 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
   if (bytes < workspace_size<G>(args.groups, sm_count)) {
     return "grouped GEMM workspace too small";
   }
-  Arrays<G> arrays = Arrays<G>::carve(workspace, args.groups);
-  // CUTLASS's own workspace after the arrays, 128-byte aligned.
-  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace) + Arrays<G>::bytes(args.groups);
-  void* cutlass_workspace = reinterpret_cast<void*>((base + 127) / 128 * 128);
+  moe_ops::groups::Carver carver{static_cast<char*>(workspace)};
+  Arrays<G> arrays = Arrays<G>::carve(carver, args.groups);
+  void* cutlass_workspace = moe_ops::groups::adapter_workspace(workspace, carver.used);
 
   // This op's words of the offsets report (moe.h's OffsetsErrorOp), if the offsets are untrusted.
   int32_t* errors = args.offsets_errors == nullptr

@@ -36,7 +36,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
-#include "adapter_run.cuh"
+#include "cutlass_adapter.cuh"
 #include "group_offsets.cuh"
 #include "moe.h"
 
@@ -126,17 +126,7 @@ struct Gemm : Scaling {
   using Shape = ProblemShape::UnderlyingProblemShape;
 };
 
-// Carves consecutive 16-byte-aligned arrays out of a buffer; with a null base it only counts.
-struct Carver {
-  char* base;
-  size_t used = 0;
-  template <class T>
-  T* take(int64_t count) {
-    T* r = base == nullptr ? nullptr : reinterpret_cast<T*>(base + used);
-    used += (static_cast<size_t>(count) * sizeof(T) + 15) / 16 * 16;
-    return r;
-  }
-};
+using groups::Carver;  // cutlass_adapter.cuh
 
 // The device arrays of one launch, at the workspace's front.
 template <class G>
@@ -209,11 +199,8 @@ struct DescribeGroup {
 
 template <class G>
 size_t workspace_size(int64_t groups, int sm_count) {
-  typename G::Adapter::Arguments arguments{};
-  arguments.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  arguments.problem_shape = {static_cast<int>(groups), nullptr, nullptr};
-  arguments.hw_info.sm_count = sm_count;
-  return Arrays<G>::bytes(groups) + 128 + G::Adapter::get_workspace_size(arguments);
+  return moe_ops::groups::workspace_size<typename G::Adapter>(Arrays<G>::bytes(groups), groups,
+                                                              sm_count);
 }
 
 template <class G>
@@ -227,9 +214,7 @@ const char* run(const Fp8GemmArgs& args, void* workspace, size_t bytes, int sm_c
   }
   Carver carver{static_cast<char*>(workspace)};
   Arrays<G> arrays = Arrays<G>::carve(carver, args.groups);
-  // CUTLASS's own workspace after the arrays, 128-byte aligned.
-  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace) + carver.used;
-  void* cutlass_workspace = reinterpret_cast<void*>((base + 127) / 128 * 128);
+  void* cutlass_workspace = moe_ops::groups::adapter_workspace(workspace, carver.used);
 
   int32_t* errors =
       args.offsets_errors == nullptr

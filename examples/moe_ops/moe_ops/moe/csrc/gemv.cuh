@@ -103,7 +103,7 @@ __device__ __forceinline__ int gemv_group_of_slot(const Shape* shapes, int group
   return found;
 }
 
-// Row-major B[g] (k x n). `rows_of(g)` is the group's row count from the setup arrays.
+// Row-major B[g] (k x n); the group's row count comes from the setup's shapes.
 template <bool SiluMul, class Shape>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_rowb_kernel(const __nv_bfloat16* const* a_ptrs, const __nv_bfloat16* const* b_ptrs,

@@ -285,7 +285,7 @@ struct Instantiation {
   RunFn run;
 };
 
-Instantiation pick(const GroupedGemmArgs& args, int sm_count) {
+Instantiation pick(const GroupedGemmArgs& args, GemmConfig resolved) {
   // [config][silu_mul][b_k_major]
   static constexpr Instantiation table[3][2][2] = {
       {{{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
@@ -302,7 +302,6 @@ Instantiation pick(const GroupedGemmArgs& args, int sm_count) {
         {gemm_silu_small_colb_workspace_size, gemm_silu_small_colb_run}}},
   };
   // kGemv runs in the small-tile instantiations (after their setup kernel).
-  const GemmConfig resolved = gemm_config_for(args, sm_count);
   const int config =
       (resolved == GemmConfig::kGemv ? static_cast<int>(GemmConfig::kSmall)
                                      : static_cast<int>(resolved)) - 1;
@@ -312,15 +311,16 @@ Instantiation pick(const GroupedGemmArgs& args, int sm_count) {
 }  // namespace
 
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args, int sm_count) {
-  return pick(args, sm_count).workspace(args.groups, sm_count);
+  return pick(args, gemm_config_for(args, sm_count)).workspace(args.groups, sm_count);
 }
 
 const char* grouped_gemm(const GroupedGemmArgs& args, void* workspace, size_t workspace_bytes,
                          int sm_count, cudaStream_t stream) {
   // The instantiation sees the configuration chosen, not kAuto.
+  const GemmConfig config = gemm_config_for(args, sm_count);
   GroupedGemmArgs resolved = args;
-  resolved.config = static_cast<int>(gemm_config_for(args, sm_count));
-  return pick(args, sm_count).run(resolved, workspace, workspace_bytes, sm_count, stream);
+  resolved.config = static_cast<int>(config);
+  return pick(args, config).run(resolved, workspace, workspace_bytes, sm_count, stream);
 }
 
 }  // namespace moe_ops

@@ -2,22 +2,27 @@
 // CUTLASS's tiles, which at one or two rows an expert leave most of a tile's MMA idle and,
 // with few experts active, most SMs without a tile.
 //
-// It runs after the same setup kernel as the CUTLASS path (setup_groups or
-// setup_groups_checked, so untrusted offsets are clamped and reported the same way) and
-// reads each group's A/B/D pointers and row count from those arrays. Grid: (column tiles,
-// slots), slots = min(groups, M): at most that many groups have rows, and CTA row `s` takes
-// the s-th group with rows (found by a scan of the row counts), or exits. A grid over every
-// group would be mostly CTAs that load a row count of 0 and exit: 12,288 of them for one
-// token through 128 experts, which cost more than streaming the 8 experts' weights. Each CTA
-// reads its column tile of B[g] once for every kGemvRows rows of the group (once in decode),
-// so the B traffic is the minimum; A (a few rows) comes through L1/L2.
+// One launch, no setup kernel: every CTA reads the int32 offsets itself and builds, in shared
+// memory, the list of groups with rows, with the clamping of group_offsets.cuh's checked
+// setup (group g is rows [c(g-1), c(g)) with c(g) = min(max(0, offsets[0..g]), m_total)); CTA
+// 0 reports invalid offsets into the op's words as that setup does. The grid is persistent
+// (at most the CTAs resident at once): the work is (group with rows, column block) tasks, CTA
+// i takes tasks i, i + grid, ..., so no CTA waits for a scheduling slot and the list is built
+// once a CTA. Within a task the CTA's threads split K into `k_splits` slices of one column
+// block and meet in shared memory, summing the slices in a fixed order (deterministic; no
+// atomics, no workspace). The split is chosen on the host (gemv_plan) from the shape alone so
+// that the tasks divide into the resident CTAs with little of a last wave left over: Mixtral's
+// one-token down GEMM (2 experts x 4096 columns x K 14336) has too few column blocks
+// otherwise.
 //
-// - B row-major (k x n, N contiguous): a thread holds 8 adjacent columns (one 16-byte load
-//   per k) for kGemvRows rows; the 8 lanes of a k row cover 64 columns (128 contiguous
-//   bytes), the warp's 4 k rows and the CTA's 8 warps split K; the partial sums meet in
-//   shared memory.
-// - B K-major (stored n x k, K contiguous): a warp holds 2 adjacent columns, its lanes read
-//   16 bytes of K each, and a warp reduction ends the dot products; 8 warps, 16 columns.
+// - B K-major (stored n x k, K contiguous): a warp holds 2 adjacent columns of one K slice,
+//   its lanes read 16 bytes of K each; 8 warps = (8 / k_splits) column pairs x k_splits.
+// - B row-major (k x n, N contiguous): 8 lanes cover 64 columns of a k row (128 contiguous
+//   bytes), each lane 8 columns; the CTA's 32 such lane groups = (32 / k_splits) column
+//   groups x k_splits, each over a contiguous K slice, so its A values come as one 16-byte
+//   load per row per 8 k.
+// In both, a thread issues its loads of B and of A (a few rows, from L2) before it uses the
+// first, and reads B[g] once for every kGemvRows rows of the group (once at decode).
 //
 // Accumulation is fp32, in another order than CUTLASS's (so not bit-identical to
 // torch._grouped_mm); each output is rounded once. SiLU-and-mul takes columns 2j and 2j+1
@@ -29,26 +34,60 @@
 
 #include <cstdint>
 
-#include <cute/tensor.hpp>
+#include <cub/block/block_scan.cuh>
+#include <cuda/functional>
 
+#include "group_offsets.cuh"
 #include "moe.h"
 
 namespace moe_ops::gemm {
 
-constexpr int kGemvRows = 4;      // rows of A a pass over the column tile
+constexpr int kGemvRows = 4;       // rows of A a pass over the column block
 constexpr int kGemvThreads = 256;  // 8 warps
 constexpr int kGemvWarps = kGemvThreads / 32;
-// 16-byte loads of B a thread has in flight (row-major; half as many steps of two columns
-// K-major): 32 KB a CTA, so that the few CTAs of one expert keep HBM busy.
-constexpr int kGemvUnroll = 8;
-// Row-major B: lanes a k row, columns a CTA (8 lanes x 8), k rows an iteration (4 a warp x
-// 8 warps).
+// Groups with rows a CTA's list holds; with more, the launcher takes the small tile instead.
+constexpr int kGemvMaxActive = 1024;
+// K-major: steps of 256 k (32 lanes x 8) a warp has in flight, two columns each.
+constexpr int kGemvColUnroll = 4;
+constexpr int kGemvColStep = 32 * 8;
+// Row-major: lanes a k row, columns a lane group, lane groups a CTA, k rows in flight.
 constexpr int kGemvRowLanes = 8;
 constexpr int kGemvRowCols = 8 * kGemvRowLanes;
-constexpr int kGemvRowKs = (32 / kGemvRowLanes) * kGemvWarps;
-// K-major B: columns a CTA (2 a warp).
-constexpr int kGemvColCols = 2 * kGemvWarps;
-static_assert(kGemvColCols == moe_ops::kGemvColumnsPerCta, "moe.h's rule counts these CTAs");
+constexpr int kGemvRowGroups = kGemvThreads / kGemvRowLanes;
+constexpr int kGemvRowUnroll = 8;
+static_assert(kGemvRowUnroll == 8, "a step's k rows are the 8 values of one 16-byte load of A");
+
+// How one launch is cut: K into k_splits slices of k_slice elements (the last may be short),
+// N into col_blocks blocks of block_cols columns, over `grid` persistent CTAs.
+struct GemvPlan {
+  int k_splits;
+  int k_slice;
+  int block_cols;
+  int col_blocks;
+  int grid;
+};
+
+struct GemvArgs {
+  const __nv_bfloat16* a;
+  const __nv_bfloat16* b;
+  __nv_bfloat16* d;
+  const int32_t* offsets;
+  int32_t* errors;  // the op's kOffsetsErrorKinds words, or nullptr
+  int64_t b_group_stride;
+  int groups;
+  int m_total;
+  int n;
+  int k;
+  GemvPlan plan;
+};
+
+// The groups with rows, in group order: id, first row, row count.
+struct GemvGroupList {
+  int count;
+  int group[kGemvMaxActive];
+  int start[kGemvMaxActive];
+  int rows[kGemvMaxActive];
+};
 
 __device__ __forceinline__ float gemv_silu_mul(float gate, float up) {
   return gate / (1.0f + __expf(-gate)) * up;
@@ -64,200 +103,152 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
-// The group of CTA row `slot`: the slot-th group (from 0) with rows, or -1 when fewer groups
-// have rows. One pass of the CTA over the row counts (256 a round, a count per thread).
-template <class Shape>
-__device__ __forceinline__ int gemv_group_of_slot(const Shape* shapes, int groups, int slot) {
-  __shared__ int warp_counts[kGemvWarps];
-  __shared__ int found;
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    found = -1;
-  }
-  int before = 0;  // groups with rows in the earlier rounds
-  for (int base = 0; base < groups; base += kGemvThreads) {
-    const int g = base + static_cast<int>(threadIdx.x);
-    const bool rows = g < groups && cute::get<0>(shapes[g]) > 0;
-    const unsigned ballot = __ballot_sync(0xffffffffu, rows);
-    if (lane == 0) {
-      warp_counts[warp] = __popc(ballot);
-    }
-    __syncthreads();
-    int rank = before + __popc(ballot & ((1u << lane) - 1u));
-    int round = 0;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) {
-      rank += w < warp ? warp_counts[w] : 0;
-      round += warp_counts[w];
-    }
-    if (rows && rank == slot) {
-      found = g;
-    }
-    before += round;
-    __syncthreads();  // `found` is written; warp_counts may be rewritten
-    if (found >= 0 || before > slot) {
-      break;  // uniform: every thread read the same `found` and `before`
-    }
-  }
-  return found;
+__device__ __forceinline__ uint4 load16(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint4*>(p);
 }
 
-// Row-major B[g] (k x n); the group's row count comes from the setup's shapes.
-template <bool SiluMul, class Shape>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemv_rowb_kernel(const __nv_bfloat16* const* a_ptrs, const __nv_bfloat16* const* b_ptrs,
-                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int groups, int n,
-                     int k) {
-  const int g = gemv_group_of_slot(shapes, groups, static_cast<int>(blockIdx.y));
-  if (g < 0) {
-    return;
-  }
-  const int m = cute::get<0>(shapes[g]);
-  constexpr int kKLanes = kGemvThreads / kGemvRowLanes;  // threads on distinct k rows
-  __shared__ float partial[kKLanes][kGemvRows][kGemvRowCols + 1];
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int sub = lane % kGemvRowLanes;  // which 8 columns of the tile
-  const int col = blockIdx.x * kGemvRowCols + sub * 8;  // this thread's 8 columns
-  const int krow = warp * (32 / kGemvRowLanes) + lane / kGemvRowLanes;  // its first k
-  const bool live = col < n;
-  const __nv_bfloat16* a = a_ptrs[g];
-  const __nv_bfloat16* b = b_ptrs[g];
-  const int n_out = SiluMul ? n / 2 : n;
-  __nv_bfloat16* d = d_ptrs[g];
-  for (int r0 = 0; r0 < m; r0 += kGemvRows) {
-    float acc[kGemvRows][8];
-#pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        acc[r][c] = 0.f;
+// Builds `list` from the offsets (every thread of the CTA calls it) and, in CTA 0, reports
+// what is invalid. Chunks of 256 groups: a running max clamps them as the checked setup does,
+// a running count places the groups with rows.
+inline __device__ void gemv_build_list(const GemvArgs& p, GemvGroupList& list) {
+  using MaxScan = cub::BlockScan<int32_t, kGemvThreads>;
+  using SumScan = cub::BlockScan<int, kGemvThreads>;
+  __shared__ union {
+    typename MaxScan::TempStorage max;
+    typename SumScan::TempStorage sum;
+  } scan;
+  int32_t carry = 0;  // max(0, offsets of the chunks before)
+  int placed = 0;     // groups with rows in the chunks before
+  const bool reports = p.errors != nullptr && blockIdx.x == 0;
+  for (int first = 0; first < p.groups; first += kGemvThreads) {
+    const int g = first + static_cast<int>(threadIdx.x);
+    const bool mine = g < p.groups;
+    const int32_t offset = mine ? p.offsets[g] : INT32_MIN;
+    int32_t before = 0;
+    int32_t chunk_max = 0;
+    MaxScan(scan.max).ExclusiveScan(offset, before, carry, cuda::maximum<>{}, chunk_max);
+    __syncthreads();
+    carry = chunk_max > carry ? chunk_max : carry;
+    const int start = before < p.m_total ? before : p.m_total;
+    const int last = offset > before ? offset : before;
+    const int end = last < p.m_total ? last : p.m_total;
+    const int has_rows = mine && end > start ? 1 : 0;
+    int slot = 0;
+    int chunk_count = 0;
+    SumScan(scan.sum).ExclusiveSum(has_rows, slot, chunk_count);
+    __syncthreads();
+    slot += placed;
+    if (has_rows && slot < kGemvMaxActive) {
+      list.group[slot] = g;
+      list.start[slot] = start;
+      list.rows[slot] = end - start;
+    }
+    placed += chunk_count;
+    if (reports && mine) {
+      if (offset < 0) {
+        groups::report(p.errors, OffsetsError::kNegative);
+      }
+      if (offset > p.m_total) {
+        groups::report(p.errors, OffsetsError::kPastEnd);
+      }
+      if (g > 0 && offset < p.offsets[g - 1]) {
+        groups::report(p.errors, OffsetsError::kDecreasing);
       }
     }
-    if (live) {
-      for (int k0 = krow; k0 < k; k0 += kGemvRowKs * kGemvUnroll) {
-        uint4 wv[kGemvUnroll];  // every load of the step issued before the first is used
+  }
+  if (threadIdx.x == 0) {
+    list.count = placed < kGemvMaxActive ? placed : kGemvMaxActive;
+  }
+  __syncthreads();
+}
+
+// Writes the block's sums out of `sums` [kGemvRows][cols] (rows r0.. of the group), the
+// SiLU-and-mul of column pairs with SiluMul.
+template <bool SiluMul>
+__device__ __forceinline__ void gemv_store(const float* sums, int cols, int rows, int col0,
+                                           int n, __nv_bfloat16* d) {
+  const int n_out = SiluMul ? n / 2 : n;
+  for (int i = static_cast<int>(threadIdx.x); i < rows * cols; i += kGemvThreads) {
+    const int r = i / cols;
+    const int c = i % cols;
+    const int gc = col0 + c;
+    if (gc >= n) {
+      continue;
+    }
+    if constexpr (SiluMul) {
+      if ((c & 1) == 0) {
+        d[static_cast<int64_t>(r) * n_out + gc / 2] =
+            __float2bfloat16(gemv_silu_mul(sums[r * cols + c], sums[r * cols + c + 1]));
+      }
+    } else {
+      d[static_cast<int64_t>(r) * n_out + gc] = __float2bfloat16(sums[r * cols + c]);
+    }
+  }
+}
+
+// K-major B: warp (column pair cp, K slice s) of the block; partial[s][r][c].
+template <bool SiluMul>
+__global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
+  __shared__ GemvGroupList list;
+  // [k_splits][kGemvRows][block_cols] with k_splits * block_cols = 2 * kGemvWarps, then the
+  // block's sums [kGemvRows][block_cols].
+  __shared__ float partial[kGemvRows * 2 * kGemvWarps];
+  __shared__ float sums[kGemvRows * 2 * kGemvWarps];
+  gemv_build_list(p, list);
+  const GemvPlan plan = p.plan;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int split = warp % plan.k_splits;
+  const int pair = warp / plan.k_splits;
+  const int k_begin = split * plan.k_slice;
+  const int k_end = k_begin + plan.k_slice < p.k ? k_begin + plan.k_slice : p.k;
+  const int tasks = list.count * plan.col_blocks;
+  for (int task = static_cast<int>(blockIdx.x); task < tasks; task += plan.grid) {
+    const int slot = task / plan.col_blocks;
+    const int col0 = (task % plan.col_blocks) * plan.block_cols;
+    const int g = list.group[slot];
+    const int m = list.rows[slot];
+    const int col = col0 + 2 * pair;  // columns col, col + 1
+    const bool live = col < p.n;
+    const __nv_bfloat16* b0 = p.b + g * p.b_group_stride + static_cast<int64_t>(col) * p.k;
+    const __nv_bfloat16* b1 = b0 + p.k;
+    for (int r0 = 0; r0 < m; r0 += kGemvRows) {
+      const int rows = m - r0 < kGemvRows ? m - r0 : kGemvRows;
+      const __nv_bfloat16* a = p.a + static_cast<int64_t>(list.start[slot] + r0) * p.k;
+      float acc0[kGemvRows];
+      float acc1[kGemvRows];
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; ++u) {
-          const int kk = k0 + u * kGemvRowKs;
-          wv[u] = kk < k ? *reinterpret_cast<const uint4*>(b + static_cast<int64_t>(kk) * n + col)
-                         : make_uint4(0, 0, 0, 0);
-        }
+      for (int r = 0; r < kGemvRows; ++r) {
+        acc0[r] = 0.f;
+        acc1[r] = 0.f;
+      }
+      if (live) {
+        for (int k0 = k_begin + lane * 8; k0 < k_end; k0 += kGemvColStep * kGemvColUnroll) {
+          uint4 v0[kGemvColUnroll];
+          uint4 v1[kGemvColUnroll];
+          uint4 xa[kGemvRows][kGemvColUnroll];
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; ++u) {
-          const int kk = k0 + u * kGemvRowKs;
-          if (kk < k) {
-            float w[8];
-            bf16x8_to_float(wv[u], w);
+          for (int u = 0; u < kGemvColUnroll; ++u) {
+            const int kk = k0 + u * kGemvColStep;
+            const bool in = kk < k_end;
+            v0[u] = in ? load16(b0 + kk) : make_uint4(0, 0, 0, 0);
+            v1[u] = in ? load16(b1 + kk) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int r = 0; r < kGemvRows; ++r) {
-              if (r0 + r < m) {
-                const float x = __bfloat162float(a[static_cast<int64_t>(r0 + r) * k + kk]);
-#pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                  acc[r][c] = fmaf(x, w[c], acc[r][c]);
-                }
-              }
+              xa[r][u] = in && r < rows ? load16(a + static_cast<int64_t>(r) * p.k + kk)
+                                        : make_uint4(0, 0, 0, 0);
             }
           }
-        }
-      }
-    }
-    // The 32 k-lanes of the CTA (4 a warp x 8 warps) meet: thread (k-lane, column group).
-    const int klane = threadIdx.x / kGemvRowLanes;
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
+          for (int u = 0; u < kGemvColUnroll; ++u) {
+            float w0[8];
+            float w1[8];
+            bf16x8_to_float(v0[u], w0);
+            bf16x8_to_float(v1[u], w1);
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        partial[klane][r][sub * 8 + c] = acc[r][c];
-      }
-    }
-    __syncthreads();
-    // kGemvRows x 64 sums, one a thread.
-    static_assert(kGemvRows * kGemvRowCols == kGemvThreads, "one sum a thread");
-    if (threadIdx.x < kGemvRows * kGemvRowCols) {
-      const int r = threadIdx.x / kGemvRowCols;
-      const int c = threadIdx.x % kGemvRowCols;
-      float sum = 0.f;
-      for (int l = 0; l < kKLanes; ++l) {
-        sum += partial[l][r][c];
-      }
-      partial[0][r][c] = sum;  // each (r, c) is read and written by this thread only
-    }
-    __syncthreads();
-    if (threadIdx.x < kGemvRows * kGemvRowCols) {
-      const int r = threadIdx.x / kGemvRowCols;
-      const int c = threadIdx.x % kGemvRowCols;
-      const int gc = blockIdx.x * kGemvRowCols + c;
-      if (r0 + r < m && gc < n) {
-        if constexpr (SiluMul) {
-          if ((c & 1) == 0) {
-            d[static_cast<int64_t>(r0 + r) * n_out + gc / 2] =
-                __float2bfloat16(gemv_silu_mul(partial[0][r][c], partial[0][r][c + 1]));
-          }
-        } else {
-          d[static_cast<int64_t>(r0 + r) * n_out + gc] = __float2bfloat16(partial[0][r][c]);
-        }
-      }
-    }
-    __syncthreads();  // `partial` is reused by the next pass
-  }
-}
-
-// K-major B[g] (stored n x k): a warp, two adjacent columns.
-template <bool SiluMul, class Shape>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemv_colb_kernel(const __nv_bfloat16* const* a_ptrs, const __nv_bfloat16* const* b_ptrs,
-                     __nv_bfloat16* const* d_ptrs, const Shape* shapes, int groups, int n,
-                     int k) {
-  const int g = gemv_group_of_slot(shapes, groups, static_cast<int>(blockIdx.y));
-  if (g < 0) {
-    return;
-  }
-  const int m = cute::get<0>(shapes[g]);
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int col = blockIdx.x * kGemvColCols + warp * 2;  // columns col, col + 1
-  if (col >= n) {
-    return;  // no barrier below: a warp may leave
-  }
-  const __nv_bfloat16* a = a_ptrs[g];
-  const __nv_bfloat16* b0 = b_ptrs[g] + static_cast<int64_t>(col) * k;
-  const __nv_bfloat16* b1 = b0 + k;
-  const int n_out = SiluMul ? n / 2 : n;
-  __nv_bfloat16* d = d_ptrs[g];
-  for (int r0 = 0; r0 < m; r0 += kGemvRows) {
-    float acc0[kGemvRows];
-    float acc1[kGemvRows];
-#pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-      acc0[r] = 0.f;
-      acc1[r] = 0.f;
-    }
-    for (int k0 = lane * 8; k0 < k; k0 += 32 * 8 * kGemvUnroll / 2) {
-      uint4 v0[kGemvUnroll / 2];  // every load of the step issued before the first is used
-      uint4 v1[kGemvUnroll / 2];
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll / 2; ++u) {
-        const int kk = k0 + u * 32 * 8;
-        v0[u] = kk < k ? *reinterpret_cast<const uint4*>(b0 + kk) : make_uint4(0, 0, 0, 0);
-        v1[u] = kk < k ? *reinterpret_cast<const uint4*>(b1 + kk) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll / 2; ++u) {
-        const int kk = k0 + u * 32 * 8;
-        if (kk < k) {
-          float w0[8];
-          float w1[8];
-          bf16x8_to_float(v0[u], w0);
-          bf16x8_to_float(v1[u], w1);
-#pragma unroll
-          for (int r = 0; r < kGemvRows; ++r) {
-            if (r0 + r < m) {
+            for (int r = 0; r < kGemvRows; ++r) {
               float x[8];
-              bf16x8_to_float(
-                  *reinterpret_cast<const uint4*>(a + static_cast<int64_t>(r0 + r) * k + kk), x);
+              bf16x8_to_float(xa[r][u], x);
 #pragma unroll
               for (int e = 0; e < 8; ++e) {
                 acc0[r] = fmaf(x[e], w0[e], acc0[r]);
@@ -267,54 +258,214 @@ __global__ void __launch_bounds__(kGemvThreads)
           }
         }
       }
-    }
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
+      for (int r = 0; r < kGemvRows; ++r) {
 #pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        acc0[r] += __shfl_xor_sync(0xffffffffu, acc0[r], offset);
-        acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], offset);
-      }
-    }
-    if (lane < kGemvRows && r0 + lane < m) {
-      float v0 = acc0[0];
-      float v1 = acc1[0];
-#pragma unroll
-      for (int r = 1; r < kGemvRows; ++r) {
-        if (lane == r) {
-          v0 = acc0[r];
-          v1 = acc1[r];
+        for (int offset = 16; offset > 0; offset >>= 1) {
+          acc0[r] += __shfl_xor_sync(0xffffffffu, acc0[r], offset);
+          acc1[r] += __shfl_xor_sync(0xffffffffu, acc1[r], offset);
         }
       }
-      __nv_bfloat16* out = d + static_cast<int64_t>(r0 + lane) * n_out;
-      if constexpr (SiluMul) {
-        out[col / 2] = __float2bfloat16(gemv_silu_mul(v0, v1));
-      } else {
-        out[col] = __float2bfloat16(v0);
-        out[col + 1] = __float2bfloat16(v1);
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < kGemvRows; ++r) {
+          float* row = partial + (split * kGemvRows + r) * plan.block_cols + 2 * pair;
+          row[0] = acc0[r];
+          row[1] = acc1[r];
+        }
       }
+      __syncthreads();
+      for (int i = static_cast<int>(threadIdx.x); i < kGemvRows * plan.block_cols;
+           i += kGemvThreads) {
+        float sum = 0.f;
+        for (int s = 0; s < plan.k_splits; ++s) {  // in slice order
+          sum += partial[s * kGemvRows * plan.block_cols + i];
+        }
+        sums[i] = sum;
+      }
+      __syncthreads();
+      gemv_store<SiluMul>(sums, plan.block_cols, rows, col0, p.n,
+                          p.d + static_cast<int64_t>(list.start[slot] + r0) *
+                                    (SiluMul ? p.n / 2 : p.n));
+      __syncthreads();  // partial and sums are reused by the next pass
     }
   }
 }
 
-// Launches the kernel of this layout over (column tiles, slots), after the setup kernel;
-// `m_total` (the rows of A) bounds the groups that can have rows.
-template <bool KMajor, bool SiluMul, class Shape>
-cudaError_t launch_gemv(const void* const* a, const void* const* b, void* const* d,
-                        const Shape* shapes, int64_t groups, int64_t m_total, int64_t n,
-                        int64_t k, cudaStream_t stream) {
-  const auto* ap = reinterpret_cast<const __nv_bfloat16* const*>(a);
-  const auto* bp = reinterpret_cast<const __nv_bfloat16* const*>(b);
-  auto* const* dp = reinterpret_cast<__nv_bfloat16* const*>(d);
-  const int cols = KMajor ? kGemvColCols : kGemvRowCols;
-  const int64_t slots = m_total < groups ? m_total : groups;
-  const dim3 grid(static_cast<unsigned>((n + cols - 1) / cols), static_cast<unsigned>(slots));
+// Row-major B: lane group (column group cg, K slice s) of the block; partial[s][r][c].
+template <bool SiluMul>
+__global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
+  __shared__ GemvGroupList list;
+  // [k_splits][kGemvRows][block_cols] with k_splits * block_cols = 64 * 32; the block's sums
+  // go back into its first slice.
+  __shared__ float partial[kGemvRows * kGemvRowCols * kGemvRowGroups];
+  gemv_build_list(p, list);
+  const GemvPlan plan = p.plan;
+  const int lane_group = static_cast<int>(threadIdx.x) / kGemvRowLanes;
+  const int sub = static_cast<int>(threadIdx.x) % kGemvRowLanes;
+  const int split = lane_group % plan.k_splits;
+  const int cg = lane_group / plan.k_splits;
+  const int k_begin = split * plan.k_slice;
+  const int k_end = k_begin + plan.k_slice < p.k ? k_begin + plan.k_slice : p.k;
+  const int cols = plan.block_cols;
+  const int tasks = list.count * plan.col_blocks;
+  for (int task = static_cast<int>(blockIdx.x); task < tasks; task += plan.grid) {
+    const int slot = task / plan.col_blocks;
+    const int col0 = (task % plan.col_blocks) * cols;
+    const int g = list.group[slot];
+    const int m = list.rows[slot];
+    const int lc = cg * kGemvRowCols + sub * 8;  // this lane's 8 columns within the block
+    const bool live = col0 + lc < p.n;
+    const __nv_bfloat16* b = p.b + g * p.b_group_stride + col0 + lc;
+    for (int r0 = 0; r0 < m; r0 += kGemvRows) {
+      const int rows = m - r0 < kGemvRows ? m - r0 : kGemvRows;
+      const __nv_bfloat16* a = p.a + static_cast<int64_t>(list.start[slot] + r0) * p.k;
+      float acc[kGemvRows][8];
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          acc[r][c] = 0.f;
+        }
+      }
+      if (live) {
+        for (int k0 = k_begin; k0 < k_end; k0 += kGemvRowUnroll) {
+          // k_slice and K are multiples of 8 = kGemvRowUnroll: the 8 k rows are all in.
+          uint4 wv[kGemvRowUnroll];
+          uint4 xa[kGemvRows];
+#pragma unroll
+          for (int u = 0; u < kGemvRowUnroll; ++u) {
+            wv[u] = load16(b + static_cast<int64_t>(k0 + u) * p.n);
+          }
+#pragma unroll
+          for (int r = 0; r < kGemvRows; ++r) {
+            xa[r] = r < rows ? load16(a + static_cast<int64_t>(r) * p.k + k0)
+                             : make_uint4(0, 0, 0, 0);
+          }
+          float x[kGemvRows][8];
+#pragma unroll
+          for (int r = 0; r < kGemvRows; ++r) {
+            bf16x8_to_float(xa[r], x[r]);
+          }
+#pragma unroll
+          for (int u = 0; u < kGemvRowUnroll; ++u) {
+            float w[8];
+            bf16x8_to_float(wv[u], w);
+#pragma unroll
+            for (int r = 0; r < kGemvRows; ++r) {
+#pragma unroll
+              for (int c = 0; c < 8; ++c) {
+                acc[r][c] = fmaf(x[r][u], w[c], acc[r][c]);
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r) {
+        float4* dst =
+            reinterpret_cast<float4*>(partial + (split * kGemvRows + r) * cols + lc);
+        dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+      }
+      __syncthreads();
+      for (int i = static_cast<int>(threadIdx.x); i < kGemvRows * cols; i += kGemvThreads) {
+        float sum = partial[i];
+        for (int s = 1; s < plan.k_splits; ++s) {  // in slice order
+          sum += partial[s * kGemvRows * cols + i];
+        }
+        partial[i] = sum;  // each i is read and written by this thread only
+      }
+      __syncthreads();
+      gemv_store<SiluMul>(partial, cols, rows, col0, p.n,
+                          p.d + static_cast<int64_t>(list.start[slot] + r0) *
+                                    (SiluMul ? p.n / 2 : p.n));
+      __syncthreads();  // partial is reused by the next pass
+    }
+  }
+}
+
+// CTAs of this kernel resident on one SM (the occupancy calculator, asked once a process).
+template <bool KMajor, bool SiluMul>
+int gemv_ctas_per_sm() {
+  static const int ctas = [] {
+    int blocks = 0;
+    const cudaError_t err =
+        KMajor ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                     &blocks, gemv_colb_kernel<SiluMul>, kGemvThreads, 0)
+               : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                     &blocks, gemv_rowb_kernel<SiluMul>, kGemvThreads, 0);
+    return err == cudaSuccess && blocks > 0 ? blocks : 1;
+  }();
+  return ctas;
+}
+
+// The split of K and the grid, from the shape alone (so a config's result never depends on
+// anything but its arguments). `active` = min(groups, m_total) bounds the groups with rows.
+// Among the splits whose slices keep a thread's loads in flight (at least one unrolled step
+// each), take the one whose tasks fill the resident CTAs best: the fraction of the last wave
+// that is busy (all of it when the tasks divide evenly), the smaller split on a tie.
+inline GemvPlan gemv_plan(bool k_major, int64_t active, int64_t n, int64_t k, int slots) {
+  const int units = k_major ? kGemvWarps : kGemvRowGroups;  // threads' groups that split K
+  const int unit_cols = k_major ? 2 : kGemvRowCols;
+  const int64_t min_slice = k_major ? kGemvColStep * kGemvColUnroll : 2 * kGemvRowUnroll;
+  const int64_t slice_step = k_major ? kGemvColStep : kGemvRowUnroll;
+  GemvPlan best{};
+  double best_fill = -1.0;
+  for (int splits = 1; splits <= units; splits *= 2) {
+    if (splits > 1 && k / splits < min_slice) {
+      break;
+    }
+    const int block_cols = (units / splits) * unit_cols;
+    const int64_t col_blocks = (n + block_cols - 1) / block_cols;
+    const int64_t tasks = active * col_blocks;
+    double fill = 1.0;
+    if (tasks < slots) {
+      fill = static_cast<double>(tasks) / slots;
+    } else if (tasks % slots != 0) {
+      const double waves = static_cast<double>(tasks) / slots;
+      fill = waves / static_cast<double>((tasks + slots - 1) / slots);
+    }
+    if (fill > best_fill + 1e-9) {
+      best_fill = fill;
+      const int64_t raw = (k + splits - 1) / splits;
+      best.k_splits = splits;
+      best.k_slice = static_cast<int>((raw + slice_step - 1) / slice_step * slice_step);
+      best.block_cols = block_cols;
+      best.col_blocks = static_cast<int>(col_blocks);
+      best.grid = static_cast<int>(tasks < slots ? (tasks > 0 ? tasks : 1) : slots);
+    }
+  }
+  return best;
+}
+
+// Launches the kernel of this layout. False when it cannot take these groups (more groups
+// with rows than its list holds): the caller then runs a CUTLASS tile.
+inline bool gemv_fits(int64_t groups, int64_t m_total) {
+  return (m_total < groups ? m_total : groups) <= kGemvMaxActive;
+}
+
+template <bool KMajor, bool SiluMul>
+cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_count,
+                        cudaStream_t stream) {
+  const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
+  const int slots = gemv_ctas_per_sm<KMajor, SiluMul>() * sm_count;
+  GemvArgs p;
+  p.a = static_cast<const __nv_bfloat16*>(args.a);
+  p.b = static_cast<const __nv_bfloat16*>(args.b);
+  p.d = static_cast<__nv_bfloat16*>(args.d);
+  p.offsets = args.offsets;
+  p.errors = errors;
+  p.b_group_stride = args.b_group_stride;
+  p.groups = static_cast<int>(args.groups);
+  p.m_total = static_cast<int>(args.m_total);
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.plan = gemv_plan(KMajor, active, args.n, args.k, slots);
   if constexpr (KMajor) {
-    gemv_colb_kernel<SiluMul, Shape><<<grid, kGemvThreads, 0, stream>>>(
-        ap, bp, dp, shapes, static_cast<int>(groups), static_cast<int>(n), static_cast<int>(k));
+    gemv_colb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   } else {
-    gemv_rowb_kernel<SiluMul, Shape><<<grid, kGemvThreads, 0, stream>>>(
-        ap, bp, dp, shapes, static_cast<int>(groups), static_cast<int>(n), static_cast<int>(k));
+    gemv_rowb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

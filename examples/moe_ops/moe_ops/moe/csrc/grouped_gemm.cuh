@@ -94,7 +94,7 @@ template <class Config, class LayoutB, bool SiluMul>
 struct Gemm {
   static constexpr bool kSiluMul = SiluMul;
   static constexpr bool kKMajorB = std::is_same_v<LayoutB, cutlass::layout::ColumnMajor>;
-  // The small-tile instantiations also run the decode kernel (gemv.cuh), on the same setup.
+  // The small-tile instantiations also run the decode kernel (gemv.cuh).
   static constexpr bool kHostsGemv = std::is_same_v<Config, SmallConfig>;
   using CollectiveEpilogue = typename EpilogueFor<Config, SiluMul>::Op;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -191,20 +191,20 @@ const char* run(const GroupedGemmArgs& args, void* workspace, size_t bytes, int 
                               kOffsetsErrorKinds *
                                   static_cast<int>(args.silu_mul ? OffsetsErrorOp::kGroupedMmSiluMul
                                                                  : OffsetsErrorOp::kGroupedMm);
-  cudaError_t err = groups::launch_setup(args.offsets, args.groups, args.m_total, errors,
-                                         DescribeGroup<G>{args, arrays}, stream);
-  if (err != cudaSuccess) {
-    return cudaGetErrorString(err);
-  }
   if constexpr (G::kHostsGemv) {
-    if (args.config == static_cast<int>(GemmConfig::kGemv)) {
-      err = launch_gemv<G::kKMajorB, G::kSiluMul>(
-          reinterpret_cast<const void* const*>(arrays.a),
-          reinterpret_cast<const void* const*>(arrays.b),
-          reinterpret_cast<void* const*>(arrays.d), arrays.shapes, args.groups, args.m_total, args.n, args.k,
-          stream);
+    // The weight-streaming kernel reads the offsets itself (no setup kernel); with more
+    // groups with rows than it can list, the small tile runs instead.
+    if (args.config == static_cast<int>(GemmConfig::kGemv) &&
+        gemv_fits(args.groups, args.m_total)) {
+      const cudaError_t err =
+          launch_gemv<G::kKMajorB, G::kSiluMul>(args, errors, sm_count, stream);
       return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
     }
+  }
+  const cudaError_t err = groups::launch_setup(args.offsets, args.groups, args.m_total, errors,
+                                               DescribeGroup<G>{args, arrays}, stream);
+  if (err != cudaSuccess) {
+    return cudaGetErrorString(err);
   }
 
   typename G::Adapter::Arguments arguments{};

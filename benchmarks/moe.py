@@ -346,8 +346,9 @@ def fp8_gemm_rows(
     moe: Any, name: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor
 ) -> list[dict[str, Any]]:
     """One GEMM in e4m3: torch._scaled_grouped_mm (row-wise scales) against grouped_mm_fp8 in
-    both scale layouts; the bf16 grouped_mm of the unquantised operands is the reference (the
-    error column is FP8's quantisation error) and a row of its own."""
+    both scale layouts (row-wise also with each tile config forced); the bf16 grouped_mm of
+    the unquantised operands is the reference (the error column is FP8's quantisation error)
+    and a row of its own."""
     rows_total, k = x.shape
     n = w.shape[2]
     flops = 2.0 * rows_total * k * n
@@ -359,6 +360,11 @@ def fp8_gemm_rows(
         xq_r, wq_r, xs_r, ws_r, offs=offsets, out_dtype=BF16
     )
     impls["moe_ops rowwise"] = lambda: moe.grouped_mm_fp8(xq_r, wq_r, xs_r, ws_r, offsets)
+    # Each tile config forced ("moe_ops rowwise" is "auto", the one the summary counts).
+    for config in ("cooperative", "pingpong"):
+        impls[f"moe_ops rowwise[{config}]"] = lambda c=config: moe.grouped_mm_fp8(
+            xq_r, wq_r, xs_r, ws_r, offsets, config=c
+        )
     if moe.fp8_unsupported_shape_reason(x.shape, w.shape, "blockwise") is None:
         xq_b, xs_b = moe.quantize_fp8_activations(x, "blockwise")
         wq_b, ws_b = moe.quantize_fp8_weights(w, "blockwise")

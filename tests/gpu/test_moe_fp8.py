@@ -106,19 +106,49 @@ def _assert_close(out: torch.Tensor, ref: torch.Tensor, size: torch.Tensor, what
     assert worst <= 0, f"{what}: an element is {worst:.3g} past its bound"
 
 
-def _check(moe: ModuleType, counts: list[int], k: int, n: int, layout: str) -> None:
+def _check(
+    moe: ModuleType, counts: list[int], k: int, n: int, layout: str, config: str = "auto"
+) -> None:
     x_fp8, w_fp8, x_scale, w_scale = _operands(moe, counts, k, n, layout)
-    out = moe.grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets_from_counts(counts))
+    offsets = offsets_from_counts(counts)
+    out = moe.grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets, config=config)
     ref, size = _reference(*_dequantised(x_fp8, w_fp8, x_scale, w_scale), counts)
-    _assert_close(out, ref, size, f"grouped_mm_fp8 {layout}, {len(counts)} groups, k{k} n{n}")
+    what = f"grouped_mm_fp8 {layout} [{config}], {len(counts)} groups, k{k} n{n}"
+    _assert_close(out, ref, size, what)
 
 
+@pytest.mark.parametrize("config", ["auto", "cooperative", "pingpong"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{len(c[0])}g-k{c[1]}-n{c[2]}")
 def test_grouped_mm_fp8_matches_dequantised_float64(
-    moe: ModuleType, case: tuple[list[int], int, int], layout: str
+    moe: ModuleType, case: tuple[list[int], int, int], layout: str, config: str
 ) -> None:
-    _check(moe, *case, layout)
+    _check(moe, *case, layout, config)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_auto_runs_exactly_one_of_the_tile_configs(moe: ModuleType, layout: str) -> None:
+    # 32 rows an expert (the pingpong side of the rule) and 300 (the cooperative side): auto
+    # is bit-for-bit the config its rule names; block-wise scales run the cooperative tile
+    # whatever is asked.
+    for counts in ([32] * 8, [300] * 4):
+        x_fp8, w_fp8, x_scale, w_scale = _operands(moe, counts, 512, 256, layout)
+        offsets = offsets_from_counts(counts)
+        runs = {
+            c: moe.grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets, config=c)
+            for c in moe.FP8_CONFIGS
+        }
+        small = sum(counts) <= 64 * len(counts)
+        expected = "pingpong" if small and layout == "rowwise" else "cooperative"
+        assert torch.equal(runs["auto"], runs[expected]), (counts, layout)
+        if layout == "blockwise":
+            assert torch.equal(runs["pingpong"], runs["cooperative"])
+
+
+def test_an_unknown_fp8_config_is_refused(moe: ModuleType) -> None:
+    x_fp8, w_fp8, x_scale, w_scale = _operands(moe, [4], 128, 128, "rowwise")
+    with pytest.raises(ValueError, match="config must be one of auto, cooperative, pingpong"):
+        moe.grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets_from_counts([4]), config="x")
 
 
 @pytest.mark.parametrize("case", ROWWISE_CASES, ids=lambda c: f"{len(c[0])}g-k{c[1]}-n{c[2]}")

@@ -137,7 +137,8 @@ def test_fp8_quantisation_layouts_reasons_and_fakes_on_cpu(site: Path) -> None:
         errors = []
         for call in (lambda: moe.quantize_fp8_weights(w, "columnwise"),
                      lambda: moe.quantize_fp8_weights(torch.randn(2, 100, 128), "blockwise"),
-                     lambda: moe.quantize_fp8_activations(torch.randn(4, 100), "blockwise")):
+                     lambda: moe.quantize_fp8_activations(torch.randn(4, 100), "blockwise"),
+                     lambda: moe.grouped_mm_fp8(q, q, s, s, s, config="fastest")):
             try:
                 call()
                 errors.append(None)
@@ -157,11 +158,12 @@ def test_fp8_quantisation_layouts_reasons_and_fakes_on_cpu(site: Path) -> None:
         xm = torch.empty(100, 256, dtype=e4m3, **meta)
         offsets = torch.empty(8, dtype=torch.int32, **meta)
         y = moe.grouped_mm_fp8(xm, k_major(8, 256, 512), torch.empty(100, **meta),
-                               torch.empty(8, 512, **meta), offsets)
+                               torch.empty(8, 512, **meta), offsets, config="pingpong")
         xb = torch.empty(100, 256, dtype=torch.bfloat16, **meta)
         logits = torch.empty(100, 8, **meta)
         f = moe.moe_forward_fp8(xb, logits, k_major(8, 256, 512), torch.empty(8, 512, **meta),
-                                k_major(8, 256, 256), torch.empty(8, 256, **meta), 2)
+                                k_major(8, 256, 256), torch.empty(8, 256, **meta), 2,
+                                config="cooperative")
         res["meta"] = [list(y.shape), str(y.dtype), list(f.shape), str(f.dtype)]
         print(json.dumps(res))
         """,
@@ -184,6 +186,7 @@ def test_fp8_quantisation_layouts_reasons_and_fakes_on_cpu(site: Path) -> None:
         "layout must be one of rowwise, blockwise, got 'columnwise'",
         "K = 100 and N = 128 must be multiples of 128",
         "K = 100 must be a multiple of 128 for block scales",
+        "config must be one of auto, cooperative, pingpong, got 'fastest'",
     ]
     assert res["reasons"] == [
         None,

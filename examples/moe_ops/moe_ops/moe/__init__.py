@@ -58,6 +58,7 @@ __all__ = [
     "DTYPE",
     "FP8_ALIGNMENT",
     "FP8_BLOCK",
+    "FP8_CONFIGS",
     "FP8_DTYPE",
     "FP8_LAYOUTS",
     "MAX_EXPERTS",
@@ -95,6 +96,11 @@ MAX_TOP_K = 8
 #: than half the SMs, else "cooperative" (the fastest or within 3% of it on every prefill
 #: layer benchmarked). Every config but "gemv" is bit-identical to torch._grouped_mm.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3, "gemv": 4}
+#: Tile configurations of the FP8 ops (moe.h's Fp8Config): "auto" takes "pingpong" (64x128
+#: tile) for row-wise scales at up to 64 rows an expert on average, else "cooperative"
+#: (128x128); block-wise scales always run "cooperative" (fp8_config_for in fp8.cu,
+#: docs/moe_ops.md).
+FP8_CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 #: The FP8 operands' dtype (x and w of `grouped_mm_fp8`, the weights of `moe_forward_fp8`).
 FP8_DTYPE = torch.float8_e4m3fn
 #: Elements: K and N of the FP8 ops must be multiples of this (16-byte TMA rows of e4m3).
@@ -190,11 +196,11 @@ def fp8_unsupported_shape_reason(
     )
 
 
-def _config(config: str) -> int:
+def _config(config: str, known: dict[str, int] = CONFIGS) -> int:
     try:
-        return CONFIGS[config]
+        return known[config]
     except KeyError:
-        raise ValueError(f"config must be one of {', '.join(CONFIGS)}, got {config!r}") from None
+        raise ValueError(f"config must be one of {', '.join(known)}, got {config!r}") from None
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -337,16 +343,20 @@ def grouped_mm_fp8(
     offsets: torch.Tensor,
     *,
     out_dtype: torch.dtype = torch.bfloat16,
+    config: str = "auto",
 ) -> torch.Tensor:
     """The FP8 grouped GEMM: rows ``offsets[g-1]:offsets[g]`` of ``x_fp8`` [M, K] times
     ``w_fp8[g]`` [K, N] (the transposed view of a contiguous [E, N, K]), fp32 accumulation,
     scaled and rounded once to bf16 [M, N]. Row-wise (``x_scale [M]``, ``w_scale [E, N]``):
     ``(x @ w[g]) * x_scale[:, None] * w_scale[g][None, :]``, torch._scaled_grouped_mm's
     semantics; block-wise (``x_scale [M, K/128]``, ``w_scale [E, N/128, K/128]``): each
-    128-deep K block's product scaled by its two blocks' scales."""
+    128-deep K block's product scaled by its two blocks' scales. `config` is one of
+    `FP8_CONFIGS`."""
     if out_dtype != torch.bfloat16:
         raise ValueError(f"out_dtype must be torch.bfloat16, got {out_dtype}")
-    return _grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets)  # type: ignore[no-any-return]
+    return _grouped_mm_fp8(  # type: ignore[no-any-return]
+        x_fp8, w_fp8, x_scale, w_scale, offsets, _config(config, FP8_CONFIGS)
+    )
 
 
 def moe_forward_fp8(
@@ -357,13 +367,16 @@ def moe_forward_fp8(
     w_down_fp8: torch.Tensor,
     w_down_scale: torch.Tensor,
     top_k: int,
+    *,
+    config: str = "auto",
 ) -> torch.Tensor:
     """`moe_forward` with e4m3 weights: ``w_gate_up_fp8`` [E, H, 2I] (gate in columns :I, up in
     I:, not interleaved) and ``w_down_fp8`` [E, I, H], each the transposed view of a contiguous
     [E, N, K] (what `quantize_fp8_weights` returns), with scales in one layout, row-wise or
     block-wise. x (bf16) is permuted, quantised to e4m3 in that layout, multiplied by the
     gate/up weights into bf16; silu(gate) * up is quantised again for the down GEMM; the
-    combine is `moe_forward`'s. [T, H] bf16 -> [T, H] bf16."""
+    combine is `moe_forward`'s. [T, H] bf16 -> [T, H] bf16. `config` (one of `FP8_CONFIGS`)
+    is both GEMMs'."""
     return _moe_forward_fp8(  # type: ignore[no-any-return]
         _rows(x),
         _rows(router_logits),
@@ -372,6 +385,7 @@ def moe_forward_fp8(
         w_down_fp8,
         w_down_scale,
         top_k,
+        _config(config, FP8_CONFIGS),
     )
 
 
@@ -382,6 +396,7 @@ def _grouped_mm_fp8_fake(
     x_scale: torch.Tensor,
     w_scale: torch.Tensor,
     offsets: torch.Tensor,
+    config: int = 0,
 ) -> torch.Tensor:
     return x.new_empty((x.shape[0], w.shape[2]), dtype=torch.bfloat16)
 
@@ -395,6 +410,7 @@ def _moe_forward_fp8_fake(
     w_down: torch.Tensor,
     w_down_scale: torch.Tensor,
     top_k: int,
+    config: int = 0,
 ) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 

@@ -3,13 +3,13 @@
 //   grouped_mm(x, w, offsets, config)           torch._grouped_mm's 2-D x 3-D case
 //   grouped_mm_silu_mul(x, w, offsets, config)  the same with SiLU-and-mul on interleaved
 //                                               gate/up columns fused into the epilogue
-//   grouped_mm_fp8(x, w, x_scale, w_scale, offsets)
+//   grouped_mm_fp8(x, w, x_scale, w_scale, offsets, config)
 //                                               torch._scaled_grouped_mm's 2-D x 3-D case on
 //                                               e4m3 (row-wise scales), or DeepSeek-style
 //                                               1x128 / 128x128 block scales; bf16 out
 //   moe_forward(x, router_logits, w_gate_up, w_down, top_k, config)
 //   moe_forward_fp8(x, router_logits, w_gate_up, w_gate_up_scale, w_down, w_down_scale,
-//                   top_k)                      the same with e4m3 weights; the activations
+//                   top_k, config)              the same with e4m3 weights; the activations
 //                                               are quantised on the fly
 //   check_offsets_errors(device)                raises what the device reported about earlier
 //                                               grouped_mm calls' offsets (after a sync)
@@ -528,7 +528,8 @@ moe_ops::Fp8Scaling check_fp8_weight_scale(const Tensor& s, const moe_ops::Fp8Ge
   return scaling;
 }
 
-Tensor grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor offsets) {
+Tensor grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor offsets,
+                      int64_t config) {
   const char* op = "grouped_mm_fp8";
   check_fp8_rows(x, op, "x");
   const int64_t m = x.size(0);
@@ -564,6 +565,7 @@ Tensor grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor
   args.offsets = static_cast<const int32_t*>(offsets.const_data_ptr());
   args.offsets_errors = offsets_error_flags(device, op);
   args.m_total = m;
+  args.config = static_cast<int>(config);
   const int sms = sm_count(device);
   const size_t bytes = moe_ops::grouped_gemm_fp8_workspace_size(args, sms);
   Tensor workspace = empty<1>({static_cast<int64_t>(bytes)}, aoti_torch_dtype_uint8(), device);
@@ -579,7 +581,7 @@ Tensor grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor
 // permuted activations and silu(gate) * up are quantised to e4m3 in the weights' layout
 // (per row, or per 1x128 block), the GEMMs write bf16, the combine is moe_forward's.
 Tensor moe_forward_fp8(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_gate_up_scale,
-                       Tensor w_down, Tensor w_down_scale, int64_t top_k) {
+                       Tensor w_down, Tensor w_down_scale, int64_t top_k, int64_t config) {
   const char* op = "moe_forward_fp8";
   check_rows(x, op, "x");
   const int64_t tokens = x.size(0);
@@ -614,6 +616,7 @@ Tensor moe_forward_fp8(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor 
   }
   const int sms = sm_count(device);
   up.m_total = down.m_total = rows;
+  up.config = down.config = static_cast<int>(config);
 
   const size_t e = static_cast<size_t>(experts);
   const size_t r = static_cast<size_t>(rows);
@@ -722,11 +725,11 @@ KP_STABLE_LIBRARY(m) {
       "moe_forward(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_down, int top_k,"
       " int config=0) -> Tensor");
   m.def(
-      "grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor offsets)"
-      " -> Tensor");
+      "grouped_mm_fp8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor offsets,"
+      " int config=0) -> Tensor");
   m.def(
       "moe_forward_fp8(Tensor x, Tensor router_logits, Tensor w_gate_up, Tensor w_gate_up_scale,"
-      " Tensor w_down, Tensor w_down_scale, int top_k) -> Tensor");
+      " Tensor w_down, Tensor w_down_scale, int top_k, int config=0) -> Tensor");
   m.def("check_offsets_errors(int device) -> ()");
 }
 

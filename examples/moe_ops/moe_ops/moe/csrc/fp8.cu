@@ -127,13 +127,27 @@ struct Instantiation {
   RunFn run;
 };
 
-Instantiation pick(const Fp8GemmArgs& args) {
-  return args.scaling == Fp8Scaling::kBlockwise
-             ? Instantiation{gemm_fp8_blockwise_workspace_size, gemm_fp8_blockwise_run}
+Instantiation pick(const Fp8GemmArgs& args, int sm_count) {
+  if (args.scaling == Fp8Scaling::kBlockwise) {
+    return Instantiation{gemm_fp8_blockwise_workspace_size, gemm_fp8_blockwise_run};
+  }
+  return fp8_config_for(args, sm_count) == Fp8Config::kPingpong
+             ? Instantiation{gemm_fp8_rowwise_pong_workspace_size, gemm_fp8_rowwise_pong_run}
              : Instantiation{gemm_fp8_rowwise_workspace_size, gemm_fp8_rowwise_run};
 }
 
 }  // namespace
+
+Fp8Config fp8_config_for(const Fp8GemmArgs& args, int /*sm_count*/) {
+  if (args.config == static_cast<int>(Fp8Config::kCooperative) ||
+      args.config == static_cast<int>(Fp8Config::kPingpong)) {
+    return static_cast<Fp8Config>(args.config);
+  }
+  // Measured on an H200 (docs/moe_ops.md): with at most 64 rows an expert on average a
+  // 128-row tile computes as many padding rows as real ones.
+  return args.m_total <= args.groups * kFp8PingpongRowsPerGroup ? Fp8Config::kPingpong
+                                                                : Fp8Config::kCooperative;
+}
 
 const char* quantize_fp8(const QuantizeArgs& args, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) {
@@ -152,12 +166,12 @@ const char* quantize_fp8(const QuantizeArgs& args, cudaStream_t stream) {
 }
 
 size_t grouped_gemm_fp8_workspace_size(const Fp8GemmArgs& args, int sm_count) {
-  return pick(args).workspace(args.groups, sm_count);
+  return pick(args, sm_count).workspace(args.groups, sm_count);
 }
 
 const char* grouped_gemm_fp8(const Fp8GemmArgs& args, void* workspace, size_t workspace_bytes,
                              int sm_count, cudaStream_t stream) {
-  return pick(args).run(args, workspace, workspace_bytes, sm_count, stream);
+  return pick(args, sm_count).run(args, workspace, workspace_bytes, sm_count, stream);
 }
 
 }  // namespace moe_ops

@@ -1,4 +1,5 @@
-// One CUTLASS instantiation: e4m3 x e4m3 -> bf16, row-wise scales in an epilogue visitor tree.
+// One CUTLASS instantiation: e4m3 x e4m3 -> bf16, row-wise scales in an epilogue visitor tree,
+// the cooperative 128x128x128 tile.
 #include "grouped_gemm_fp8.cuh"
 
-MOE_OPS_DEFINE_FP8_GEMM(gemm_fp8_rowwise, Rowwise)
+MOE_OPS_DEFINE_FP8_GEMM(gemm_fp8_rowwise, Rowwise<fp8::CooperativeTile>)

@@ -1,16 +1,22 @@
 // The FP8 (e4m3) CUTLASS 3.x sm90 pointer-array grouped GEMMs behind grouped_mm_fp8: bf16
-// out, fp32 accumulation, one 128x128x128 cooperative tile with a 1x2 cluster, B K-major.
+// out, fp32 accumulation, B K-major, in two tile configurations (moe.h's Fp8Config):
 //
-//   Fp8Scaling::kRowwise    KernelPtrArrayTmaWarpSpecializedCooperative on e4m3 (CUTLASS's
-//                           FP8 main loop that promotes the wgmma accumulators into fp32
-//                           registers every 4 k-blocks, not the FP8FastAccum one) and an
-//                           epilogue visitor tree: D = bf16(w_scale[col] * (x_scale[row] * acc)),
-//                           both scales broadcast from per-group pointers (Sm90RowBroadcast /
-//                           Sm90ColBroadcast over arrays of pointers).
-//   Fp8Scaling::kBlockwise  KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise: the main
-//                           loop scales each 128-deep K block's partial sums by
-//                           x_scale[row, kb] * w_scale[g, col / 128, kb] (K-major scale
-//                           layouts, granularity 1 x 128 x 128), plain bf16 TMA-store epilogue.
+//   Cooperative  128x128x128, cluster 1x2, both consumer warpgroups on one tile;
+//   Pingpong     64x128x128, cluster 1x2, the consumer warpgroups on alternate tiles (one's
+//                epilogue overlapping the other's main loop): for groups of 64 rows or fewer,
+//                which fill only half of a 128-row tile.
+//
+// Both keep the FP8 main loop that promotes the wgmma accumulators into fp32 registers every
+// 4 k-blocks (not the FP8FastAccum one), which bounds the tile: a warpgroup holds its
+// accumulators twice, so 64x128 a warpgroup is as large as fits.
+//
+//   Fp8Scaling::kRowwise    an epilogue visitor tree: D = bf16(w_scale[col] * (x_scale[row] *
+//                           acc)), both scales broadcast from per-group pointers
+//                           (Sm90RowBroadcast / Sm90ColBroadcast over arrays of pointers).
+//   Fp8Scaling::kBlockwise  ...FP8Blockwise: the main loop scales each 128-deep K block's
+//                           partial sums by x_scale[row, kb] * w_scale[g, col / 128, kb]
+//                           (K-major scale layouts, granularity 1 x 128 x 128), plain bf16
+//                           TMA-store epilogue; cooperative only.
 //
 // As in grouped_gemm.cuh, everything per group (pointers, strides, shapes, scale pointers and
 // scale layouts) is written on the device by group_offsets.cuh's setup kernels from the int32
@@ -55,28 +61,44 @@ constexpr int kAlignAB = 16 / sizeof(ElementAB);
 constexpr int kAlignD = 16 / sizeof(ElementD);
 static_assert(kAlignAB == moe_ops::kFp8Alignment, "moe.h's FP8 alignment must match the TMA's");
 
-using TileShape = Shape<_128, _128, _128>;
-using ClusterShape = Shape<_1, _2, _1>;
-using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+struct CooperativeTile {
+  using TileShape = Shape<_128, _128, _128>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+};
+
+struct PingpongTile {
+  using TileShape = Shape<_64, _128, _128>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+};
+
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-template <class Epilogue, class LayoutAOrPair, class LayoutBOrPair, class KernelSchedule>
+template <class Tile, class Epilogue, class LayoutAOrPair, class LayoutBOrPair,
+          class KernelSchedule>
 using MainloopFor = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutAOrPair, kAlignAB,
-    ElementAB, LayoutBOrPair, kAlignAB, Accumulator, TileShape, ClusterShape,
+    ElementAB, LayoutBOrPair, kAlignAB, Accumulator, typename Tile::TileShape,
+    typename Tile::ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
         sizeof(typename Epilogue::SharedStorage))>,
     KernelSchedule>::CollectiveOp;
 
-template <class Fusion>
+template <class Tile, class Fusion>
 using EpilogueFor = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator, void, LayoutD*,
-    kAlignD, ElementD, LayoutD*, kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Tile::TileShape,
+    typename Tile::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, Accumulator,
+    Accumulator, void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
+    typename Tile::EpilogueSchedule, Fusion>::CollectiveOp;
 
 // Row-wise scales in the epilogue.
+template <class Tile>
 struct Rowwise {
   static constexpr bool kBlockwise = false;
+  using TileShape = typename Tile::TileShape;
   // x_scale: one value per row of the group's D (column vector, M-indexed); 4-byte aligned
   // per group (rows start anywhere), so scalar loads.
   using XScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float*, float,
@@ -90,10 +112,9 @@ struct Rowwise {
   using Fusion = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>,
       WScale, RowScaled>;
-  using CollectiveEpilogue = EpilogueFor<Fusion>;
-  using CollectiveMainloop =
-      MainloopFor<CollectiveEpilogue, LayoutA*, LayoutB*,
-                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>;
+  using CollectiveEpilogue = EpilogueFor<Tile, Fusion>;
+  using CollectiveMainloop = MainloopFor<Tile, CollectiveEpilogue, LayoutA*, LayoutB*,
+                                         typename Tile::KernelSchedule>;
   using LayoutSFA = char;  // unused
   using LayoutSFB = char;
 };
@@ -106,10 +127,10 @@ struct Blockwise {
                                                 cute::GMMA::Major::K, cute::GMMA::Major::K>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using CollectiveEpilogue =
-      EpilogueFor<cutlass::epilogue::fusion::LinearCombination<ElementD, Accumulator, void>>;
+  using CollectiveEpilogue = EpilogueFor<
+      CooperativeTile, cutlass::epilogue::fusion::LinearCombination<ElementD, Accumulator, void>>;
   using CollectiveMainloop =
-      MainloopFor<CollectiveEpilogue, cute::tuple<LayoutA*, LayoutSFA*>,
+      MainloopFor<CooperativeTile, CollectiveEpilogue, cute::tuple<LayoutA*, LayoutSFA*>,
                   cute::tuple<LayoutB*, LayoutSFB*>,
                   cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
 };
@@ -259,9 +280,9 @@ const char* run(const Fp8GemmArgs& args, void* workspace, size_t bytes, int sm_c
 }  // namespace moe_ops::fp8
 
 // Defines NAME_workspace_size and NAME_run (declared in moe.h) for one instantiation.
-#define MOE_OPS_DEFINE_FP8_GEMM(NAME, SCALING)                                            \
+#define MOE_OPS_DEFINE_FP8_GEMM(NAME, ...)                                                \
   namespace moe_ops {                                                                      \
-  using NAME##_type = fp8::Gemm<fp8::SCALING>;                                             \
+  using NAME##_type = fp8::Gemm<fp8::__VA_ARGS__>;                                         \
   size_t NAME##_workspace_size(int64_t groups, int sm_count) {                             \
     return fp8::workspace_size<NAME##_type>(groups, sm_count);                             \
   }                                                                                        \

@@ -120,6 +120,18 @@ enum class Fp8Scaling : int {
 constexpr int64_t kFp8Alignment = 16;
 constexpr int64_t kFp8Block = 128;
 
+// Tile configurations of the FP8 grouped GEMM (grouped_gemm_fp8.cuh; the `config` argument of
+// grouped_mm_fp8 and moe_forward_fp8). Block-wise scales run the cooperative tile whatever
+// is asked.
+enum class Fp8Config : int {
+  kAuto = 0,         // chosen from the shape (fp8_config_for)
+  kCooperative = 1,  // 128x128x128, cluster 1x2
+  kPingpong = 2,     // 64x128x128, cluster 1x2: groups of up to 64 rows
+};
+// `kAuto` takes kPingpong (row-wise scales) when the rows an expert average at most this
+// (m_total <= groups * kFp8PingpongRowsPerGroup): a 128-row tile would be half empty.
+constexpr int64_t kFp8PingpongRowsPerGroup = 64;
+
 // One FP8 grouped GEMM, torch._scaled_grouped_mm's 2-D x 3-D case, with grouped_mm's offsets
 // (same clamping and reporting).
 struct Fp8GemmArgs {
@@ -136,7 +148,11 @@ struct Fp8GemmArgs {
   int64_t k;
   int64_t b_group_stride;   // elements between B[g] and B[g+1]
   Fp8Scaling scaling;
+  int config;               // Fp8Config
 };
+
+// The configuration `kAuto` resolves to for these arguments on a device of `sm_count` SMs.
+Fp8Config fp8_config_for(const Fp8GemmArgs& args, int sm_count);
 
 size_t grouped_gemm_fp8_workspace_size(const Fp8GemmArgs& args, int sm_count);
 const char* grouped_gemm_fp8(const Fp8GemmArgs& args, void* workspace, size_t workspace_bytes,
@@ -147,6 +163,7 @@ const char* grouped_gemm_fp8(const Fp8GemmArgs& args, void* workspace, size_t wo
   const char* NAME##_run(const Fp8GemmArgs& args, void* workspace, size_t bytes,    \
                          int sm_count, cudaStream_t stream);
 MOE_OPS_DECLARE_FP8_GEMM(gemm_fp8_rowwise)
+MOE_OPS_DECLARE_FP8_GEMM(gemm_fp8_rowwise_pong)
 MOE_OPS_DECLARE_FP8_GEMM(gemm_fp8_blockwise)
 #undef MOE_OPS_DECLARE_FP8_GEMM
 

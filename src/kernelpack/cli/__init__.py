@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -64,16 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM and SIGHUP stop a verb as Ctrl-C does (a build stops ninja and the compilers and
     removes its temporary files); the exit code is then 128 + the signal.
     """
-    with raise_on_signals():
-        return _main(argv)
+    try:
+        with raise_on_signals():
+            return _main(argv)
+    except KeyboardInterrupt as exc:  # a signal after the verb, before the handlers are restored
+        return _interrupted_code(exc)
 
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        parser = _parser()  # imports every verb: Ctrl-C can land here
-    except KeyboardInterrupt:
+        parser = _parser()  # imports every verb: Ctrl-C or SIGTERM can land here
+    except KeyboardInterrupt as exc:
         print("kernelpack: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_code(exc)
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args))
@@ -89,8 +93,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     except KeyboardInterrupt as exc:
         print(f"kernelpack {args.verb}: interrupted", file=sys.stderr)
-        return exc.exit_code if isinstance(exc, Interrupted) else 130
+        return _interrupted_code(exc)
     return code
+
+
+def _interrupted_code(exc: KeyboardInterrupt) -> int:
+    """128 + the signal that stopped the run: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
 
 
 def _json_error(args: argparse.Namespace, message: str, code: int) -> None:

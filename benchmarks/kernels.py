@@ -18,6 +18,13 @@ Backward ops are timed as functions of (grad, saved tensors): the llm_ops backwa
 closed-form backward written in torch ops (eager and compiled), each given the same saved
 rstd that autograd would keep.
 
+Calls in such a graph follow each other, so a kernel launched with programmatic dependent
+launch (llm_ops' kernels, see docs/llm_ops.md) overlaps its launch with the end of the call
+before it. ``--after-foreign`` also times each call behind a kernel that is not ours (a
+one-element add, as a model runs some other library's kernel before a norm): the graph
+holds that kernel before every call, and the time of a graph of the foreign kernels alone
+is subtracted (``us_after_foreign``).
+
 Usage: ``python benchmarks/kernels.py --out results.json [--png chart.png] [--quick]``
 """
 
@@ -27,6 +34,7 @@ import argparse
 import importlib.metadata
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -205,20 +213,32 @@ def rotation(set_bytes: int) -> int:
     return max(2, min(64, math.ceil(L2_ROTATION_BYTES / max(set_bytes, 1))))
 
 
-def time_calls(fn: Fn, arg_sets: Sequence[tuple[torch.Tensor, ...]], min_replays: int) -> float:
-    """Median seconds of one call of `fn`, from CUDA-graph replays of one call per input set."""
+def time_calls(
+    fn: Fn,
+    arg_sets: Sequence[tuple[torch.Tensor, ...]],
+    min_replays: int,
+    before: Callable[[], Any] | None = None,
+) -> float:
+    """Median seconds of one call of `fn`, from CUDA-graph replays of one call per input set
+    (each preceded by `before()` when given)."""
+
+    def call(args: tuple[torch.Tensor, ...]) -> Any:
+        if before is not None:
+            before()
+        return fn(*args)
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
             for args in arg_sets:
-                fn(*args)
+                call(args)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = [fn(*args) for args in arg_sets]
+        outputs = [call(args) for args in arg_sets]
     graph.replay()
     torch.cuda.synchronize()
 
@@ -310,8 +330,10 @@ def run(
     ops: Sequence[str] | None = None,
     impls: Sequence[str] = IMPLS,
     copy_ceiling: float | None = None,
+    after_foreign: bool = False,
 ) -> dict[str, Any]:
-    """Measure every case (or the `ops` named); returns the JSON-ready result."""
+    """Measure every case (or the `ops` named); returns the JSON-ready result. With
+    `after_foreign`, each call is also timed behind a foreign kernel (``us_after_foreign``)."""
     import llm_ops
 
     for name, value in (("recompile_limit", 1024), ("cache_size_limit", 1024)):
@@ -327,6 +349,11 @@ def run(
     for size, bw in sweep.items():
         print(f"device-to-device copy {size:>10}: {bw / 1e12:.2f} TB/s", flush=True)
 
+    bump = torch.zeros(1, device="cuda")
+
+    def foreign() -> None:
+        bump.add_(1)  # one small kernel of torch's own
+
     rows: list[dict[str, Any]] = []
     for case in cases:
         for hidden in hiddens:
@@ -339,6 +366,11 @@ def run(
                 ]
                 moved = case.bytes_moved(t, hidden)
                 copy_s = copy_time(moved // 2, min_replays)
+                foreign_s = (
+                    time_calls(lambda *a: None, sets, min_replays, before=foreign)
+                    if after_foreign
+                    else 0.0
+                )
                 row: dict[str, Any] = {
                     "op": case.name,
                     "tokens": t,
@@ -361,6 +393,9 @@ def run(
                         "tbps": moved / seconds / 1e12,
                         "fraction_of_copy": moved / seconds / peak,
                     }
+                    if after_foreign:
+                        behind = time_calls(fn, sets, min_replays, before=foreign)
+                        row["impls"][impl]["us_after_foreign"] = (behind - foreign_s) * 1e6
                 rows.append(row)
                 del sets, probe
                 torch.cuda.empty_cache()
@@ -373,6 +408,8 @@ def run(
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "llm_ops": _version("llm_ops"),
+        # llm_ops' launches use programmatic dependent launch unless LLM_OPS_PDL=0.
+        "llm_ops_pdl": os.environ.get("LLM_OPS_PDL", "1") != "0",
         "dtype": str(DTYPE).removeprefix("torch."),
         "copy_peak_tbps": peak / 1e12,
         "copy_sweep_tbps": {size: bw / 1e12 for size, bw in sweep.items()},
@@ -425,6 +462,8 @@ def _row_line(row: dict[str, Any], seconds: float) -> str:
         res = row["impls"].get(impl, {})
         if "us" in res:
             parts.append(f"{impl} {res['us']:9.1f}us {res['fraction_of_copy']:5.2f}")
+            if "us_after_foreign" in res:
+                parts.append(f"(after foreign {res['us_after_foreign']:.1f}us)")
         elif "error" in res:
             parts.append(f"{impl} failed")
     parts.append(f"copy@size {row['copy_same_bytes_tbps']:.2f}TB/s ({seconds:.1f}s)")
@@ -507,6 +546,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated implementations")
     parser.add_argument("--copy-ceiling", type=float, help="TB/s; skips the copy sweep")
     parser.add_argument("--min-replays", type=int, default=20)
+    parser.add_argument(
+        "--after-foreign",
+        action="store_true",
+        help="also time each call behind a kernel that is not ours (us_after_foreign)",
+    )
     args = parser.parse_args(argv)
     if args.table is not None:
         print(markdown_table(json.loads(args.table.read_text(encoding="utf-8"))), end="")
@@ -523,7 +567,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.hidden:
         hiddens = tuple(int(v) for v in args.hidden.split(","))
     ops = args.ops.split(",") if args.ops else None
-    result = run(tokens, hiddens, args.min_replays, ops, args.impls.split(","), args.copy_ceiling)
+    result = run(
+        tokens,
+        hiddens,
+        args.min_replays,
+        ops,
+        args.impls.split(","),
+        args.copy_ceiling,
+        args.after_foreign,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result["summary"], indent=2))

@@ -34,6 +34,7 @@
 
 #include <cooperative_groups.h>
 
+#include "launch.cuh"
 #include "vec.cuh"
 
 namespace llm_ops::rmsnorm {
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd_out,
                    const T* __restrict__ x, const T* __restrict__ residual,
                    const T* __restrict__ w, int64_t rows, int hidden, float eps) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   using V = Vec<T, VEC>;
   __shared__ float scratch[2][32];
   const int nvec = hidden / VEC;
@@ -207,6 +209,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                     const T* __restrict__ dy, const T* __restrict__ x,
                     const T* __restrict__ w, const float* __restrict__ rstd,
                     const T* __restrict__ dresidual, int64_t rows, int hidden) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   using V = Vec<T, VEC>;
   __shared__ float scratch[2][32];
   // This CTA's share of dw, fp32, NV * VEC values a thread. Each thread owns its values
@@ -362,6 +365,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                           float* __restrict__ rstd_out, const T* __restrict__ x,
                           const T* __restrict__ residual, const T* __restrict__ w,
                           int64_t rows, int hidden, float eps) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   constexpr int VEC = kVec16<T>;
   constexpr int kInputs = RESIDUAL ? 2 : 1;
   using V = Vec<T, VEC>;
@@ -516,6 +520,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads<NV>, kRowsMinBlocks<NV, OCCUPY
     forward_rows_kernel(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd_out,
                         const T* __restrict__ x, const T* __restrict__ residual,
                         const T* __restrict__ w, int64_t rows, int hidden, float eps) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   constexpr int VEC = kVec16<T>;
   using V = Vec<T, VEC>;
   __shared__ float partials[32];
@@ -632,6 +637,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                            const T* __restrict__ dy, const T* __restrict__ x,
                            const T* __restrict__ w, const float* __restrict__ rstd,
                            const T* __restrict__ dresidual, int64_t rows, int hidden) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   constexpr int VEC = kVec16<T>;
   constexpr int kQuads = NV * VEC / 4;  // float4s of dw share a thread
   using V = Vec<T, VEC>;
@@ -804,6 +810,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                             const T* __restrict__ x, const T* __restrict__ w,
                             const float* __restrict__ rstd, const T* __restrict__ dresidual,
                             int rows, int hidden, int cluster) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   constexpr int VEC = kVec16<T>;
   constexpr int R = kClusterRowsPerCta;
   constexpr int kQuads = VEC / 4;  // float4s of dw a thread
@@ -961,6 +968,7 @@ template <typename T>
 __global__ void __launch_bounds__(kReduceCols* kReduceSlices)
     dw_reduce_kernel(T* __restrict__ dw, const float* __restrict__ partial, int partials,
                      int hidden) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   __shared__ float sums[kReduceSlices][kReduceCols + 1];
   const int col = blockIdx.x * kReduceCols + threadIdx.x;
   float sum = 0.f;
@@ -1037,16 +1045,16 @@ void forward_vec(const ForwardArgs& a, cudaStream_t stream) {
   if (a.residual != nullptr) {
     const auto fn = forward_kernel<T, VEC, NV, true>;
     const int grid = resident_grid(reinterpret_cast<const void*>(fn), threads, 0, a.rows);
-    fn<<<grid, threads, 0, stream>>>(static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd,
-                                     static_cast<const T*>(a.x),
-                                     static_cast<const T*>(a.residual),
-                                     static_cast<const T*>(a.w), a.rows, hidden, a.eps);
+    launch(fn, dim3(grid), dim3(threads), 0, stream, static_cast<T*>(a.y),
+           static_cast<T*>(a.h), a.rstd, static_cast<const T*>(a.x),
+           static_cast<const T*>(a.residual), static_cast<const T*>(a.w), a.rows, hidden,
+           a.eps);
   } else {
     const auto fn = forward_kernel<T, VEC, NV, false>;
     const int grid = resident_grid(reinterpret_cast<const void*>(fn), threads, 0, a.rows);
-    fn<<<grid, threads, 0, stream>>>(static_cast<T*>(a.y), nullptr, a.rstd,
-                                     static_cast<const T*>(a.x), nullptr,
-                                     static_cast<const T*>(a.w), a.rows, hidden, a.eps);
+    launch(fn, dim3(grid), dim3(threads), 0, stream, static_cast<T*>(a.y), nullptr, a.rstd,
+           static_cast<const T*>(a.x), nullptr, static_cast<const T*>(a.w), a.rows, hidden,
+           a.eps);
   }
 }
 
@@ -1071,7 +1079,7 @@ void launch_resident(void (*fn)(Args...), int threads, size_t smem, int64_t rows
   cudaFuncSetAttribute(key, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(smem));
   const int grid = resident_grid(key, threads, smem, rows);
-  fn<<<grid, threads, smem, stream>>>(args...);
+  launch(fn, dim3(grid), dim3(threads), smem, stream, args...);
 }
 
 // Shared memory the static arrays of a kernel use besides its dynamic share.
@@ -1160,10 +1168,10 @@ template <typename T, int NV, bool RESIDUAL, int HINT, bool OCCUPY>
 void forward_rows_launch(const ForwardArgs& a, const RowsPlan& p, cudaStream_t stream) {
   const dim3 block(p.per_row, p.rows_per_cta);
   const auto grid = static_cast<unsigned>((a.rows + p.rows_per_cta - 1) / p.rows_per_cta);
-  forward_rows_kernel<T, NV, RESIDUAL, HINT, OCCUPY><<<grid, block, 0, stream>>>(
-      static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd, static_cast<const T*>(a.x),
-      static_cast<const T*>(a.residual), static_cast<const T*>(a.w), a.rows,
-      static_cast<int>(a.hidden), a.eps);
+  launch(forward_rows_kernel<T, NV, RESIDUAL, HINT, OCCUPY>, dim3(grid), block, 0, stream,
+         static_cast<T*>(a.y), static_cast<T*>(a.h), a.rstd, static_cast<const T*>(a.x),
+         static_cast<const T*>(a.residual), static_cast<const T*>(a.w), a.rows,
+         static_cast<int>(a.hidden), a.eps);
 }
 
 template <typename T, bool RESIDUAL, int HINT, bool OCCUPY>
@@ -1397,23 +1405,15 @@ void backward_cluster(const BackwardArgs& a, cudaStream_t stream) {
   const int rows = static_cast<int>(a.rows);
   const int cluster = static_cast<int>(std::min<int64_t>(a.rows, kClusterMax));
   const int threads = threads_for<kVec16<T>, 1>(a.hidden);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
   // The CTAs' dw shares (hidden fp32: at most 32 KB, under the default 48 KB limit).
-  config.dynamicSmemBytes = cluster > 1 ? static_cast<size_t>(hidden) * sizeof(float) : 0;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = cluster > 1 ? 1 : 0;  // one CTA: a plain launch
-  cudaLaunchKernelEx(&config, backward_cluster_kernel<T, DRESIDUAL>, static_cast<T*>(a.dx),
-                     static_cast<T*>(a.dw), static_cast<const T*>(a.dy),
-                     static_cast<const T*>(a.x), static_cast<const T*>(a.w), a.rstd,
-                     static_cast<const T*>(a.dresidual), rows, hidden, cluster);
+  const size_t smem = cluster > 1 ? static_cast<size_t>(hidden) * sizeof(float) : 0;
+  // One CTA: a plain launch (launch_cluster adds no cluster attribute for a cluster of 1).
+  launch_cluster(backward_cluster_kernel<T, DRESIDUAL>, static_cast<unsigned>(cluster),
+                 dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(threads)),
+                 smem, stream, static_cast<T*>(a.dx), static_cast<T*>(a.dw),
+                 static_cast<const T*>(a.dy), static_cast<const T*>(a.x),
+                 static_cast<const T*>(a.w), a.rstd, static_cast<const T*>(a.dresidual), rows,
+                 hidden, cluster);
 }
 
 template <typename T>
@@ -1454,14 +1454,14 @@ void backward_typed(const BackwardArgs& a, float* workspace, int partials,
   T* dw_direct = partials == 1 ? static_cast<T*>(a.dw) : nullptr;
   void* params[] = {&dx, &workspace, &dw_direct, &dy, &x, &w, &rstd,
                     &dres, &rows, &hidden};
-  cudaLaunchKernel(k.fn, dim3(partials), dim3(k.threads), params, k.smem, stream);
+  launch_untyped(k.fn, dim3(partials), dim3(k.threads), k.smem, stream, params);
   if (dw_direct != nullptr) {
     return;
   }
   const dim3 block(kReduceCols, kReduceSlices);
   const auto grid = static_cast<unsigned>((a.hidden + kReduceCols - 1) / kReduceCols);
-  dw_reduce_kernel<T><<<grid, block, 0, stream>>>(static_cast<T*>(a.dw), workspace, partials,
-                                                  hidden);
+  launch(dw_reduce_kernel<T>, dim3(grid), block, 0, stream, static_cast<T*>(a.dw), workspace,
+         partials, hidden);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "launch.cuh"
 #include "vec.cuh"
 
 namespace llm_ops::silu_mul {
@@ -27,6 +28,7 @@ __device__ __forceinline__ float sigmoid(float a) {
 template <typename T, int VEC, int U>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t rows, int64_t d) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   using V = Vec<T, VEC>;
   const int nvec = static_cast<int>(d / VEC);
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
@@ -67,6 +69,7 @@ template <typename T, int VEC, int U>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_kernel(T* __restrict__ dx, const T* __restrict__ dout, const T* __restrict__ x,
                     int64_t rows, int64_t d) {
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   using V = Vec<T, VEC>;
   const int nvec = static_cast<int>(d / VEC);
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
@@ -166,9 +169,9 @@ template <typename T, int VEC>
 void forward_vec(const Launch& l, T* out, const T* x, int64_t rows, int64_t d,
                  cudaStream_t stream) {
   if (l.unroll == 1) {
-    forward_kernel<T, VEC, 1><<<l.grid, l.block, 0, stream>>>(out, x, rows, d);
+    launch(forward_kernel<T, VEC, 1>, l.grid, l.block, 0, stream, out, x, rows, d);
   } else {
-    forward_kernel<T, VEC, kUnroll><<<l.grid, l.block, 0, stream>>>(out, x, rows, d);
+    launch(forward_kernel<T, VEC, kUnroll>, l.grid, l.block, 0, stream, out, x, rows, d);
   }
 }
 
@@ -176,9 +179,10 @@ template <typename T, int VEC>
 void backward_vec(const Launch& l, T* dx, const T* dout, const T* x, int64_t rows, int64_t d,
                   cudaStream_t stream) {
   if (l.unroll == 1) {
-    backward_kernel<T, VEC, 1><<<l.grid, l.block, 0, stream>>>(dx, dout, x, rows, d);
+    launch(backward_kernel<T, VEC, 1>, l.grid, l.block, 0, stream, dx, dout, x, rows, d);
   } else {
-    backward_kernel<T, VEC, kUnroll><<<l.grid, l.block, 0, stream>>>(dx, dout, x, rows, d);
+    launch(backward_kernel<T, VEC, kUnroll>, l.grid, l.block, 0, stream, dx, dout, x, rows,
+           d);
   }
 }
 

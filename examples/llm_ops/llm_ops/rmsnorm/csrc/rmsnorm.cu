@@ -939,13 +939,24 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int last = min(quads, first + span);
   using V4 = Vec<T, 4>;
   for (int q = first + j; q < last; q += static_cast<int>(blockDim.x)) {
+    // Every CTA's share is read before the first is added (the remote loads are in flight
+    // together), then summed in rank order.
+    float4 v[kClusterMax];
+#pragma unroll
+    for (int b = 0; b < kClusterMax; ++b) {
+      if (b < cluster) {
+        v[b] = cta_cluster.map_shared_rank(dw_share, b)[q];
+      }
+    }
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int b = 0; b < cluster; ++b) {
-      const float4 v = cta_cluster.map_shared_rank(dw_share, b)[q];
-      s.x += v.x;
-      s.y += v.y;
-      s.z += v.z;
-      s.w += v.w;
+#pragma unroll
+    for (int b = 0; b < kClusterMax; ++b) {
+      if (b < cluster) {
+        s.x += v[b].x;
+        s.y += v[b].y;
+        s.z += v[b].z;
+        s.w += v[b].w;
+      }
     }
     V4 dw_out;
     dw_out.v[0] = from_float<T>(s.x);

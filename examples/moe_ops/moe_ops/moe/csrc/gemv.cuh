@@ -298,7 +298,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
   __shared__ GemvGroupList list;
   // [k_splits][kGemvRows][block_cols] with k_splits * block_cols = 64 * 32; the block's sums
   // go back into its first slice.
-  __shared__ float partial[kGemvRows * kGemvRowCols * kGemvRowGroups];
+  // 16-byte aligned: the lanes store their 8 columns as two float4s (a float array alone is
+  // placed at any 4-byte boundary, after `list` here).
+  __shared__ __align__(16) float partial[kGemvRows * kGemvRowCols * kGemvRowGroups];
   gemv_build_list(p, list);
   const GemvPlan plan = p.plan;
   const int lane_group = static_cast<int>(threadIdx.x) / kGemvRowLanes;

@@ -25,6 +25,11 @@ enum class GemmConfig : int {
 // kSmallRowsPerGroup) and the cooperative tiles of the experts that can have rows would
 // fill less than half the SMs; else kCooperative (gemm_config_for; docs/moe_ops.md).
 constexpr int64_t kSmallRowsPerGroup = 4;
+// `kAuto` takes kPingpong at up to kPingpongRowsPerGroup rows an expert on average when the
+// cooperative tiles outnumber the SMs and fill less than kPingpongMaxWaveFillPercent of the
+// waves they need (a nearly empty last wave).
+constexpr int64_t kPingpongRowsPerGroup = 1;
+constexpr int64_t kPingpongMaxWaveFillPercent = 70;
 // `kAuto` takes kGemv only with K-major weights (its row-major kernel lost to a CUTLASS tile
 // on every decode GEMM measured), at most one row an expert on average, the experts with
 // rows filling at most kGemvMaxCoopTiles cooperative tiles (beyond that the CUTLASS tile

@@ -272,6 +272,14 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
     return GemmConfig::kSmall;
   }
+  // At most a row an expert, more cooperative tiles than SMs, and a last wave that leaves
+  // most of the second wave idle (Llama-4's 8-token down GEMM: 160 tiles on 132 SMs, 61% of
+  // two waves busy): the pingpong tile's twice as many half-width tiles spread better.
+  const int64_t waves = (coop_tiles + sm_count - 1) / sm_count;
+  if (args.m_total <= args.groups * kPingpongRowsPerGroup && coop_tiles > sm_count &&
+      100 * coop_tiles < kPingpongMaxWaveFillPercent * waves * sm_count) {
+    return GemmConfig::kPingpong;
+  }
   return GemmConfig::kCooperative;
 }
 

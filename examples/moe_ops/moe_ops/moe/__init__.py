@@ -97,9 +97,9 @@ MAX_TOP_K = 8
 #: layer benchmarked). Every config but "gemv" is bit-identical to torch._grouped_mm.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3, "gemv": 4}
 #: Tile configurations of the FP8 ops (moe.h's Fp8Config): "auto" takes "pingpong" (64x128
-#: tile) for row-wise scales at up to 64 rows an expert on average, else "cooperative"
-#: (128x128); block-wise scales always run "cooperative" (fp8_config_for in fp8.cu,
-#: docs/moe_ops.md).
+#: tile) for row-wise scales over 64 experts or more of up to 64 rows each on average, else
+#: "cooperative" (128x128); block-wise scales always run "cooperative" (fp8_config_for in
+#: fp8.cu, docs/moe_ops.md).
 FP8_CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 #: The FP8 operands' dtype (x and w of `grouped_mm_fp8`, the weights of `moe_forward_fp8`).
 FP8_DTYPE = torch.float8_e4m3fn

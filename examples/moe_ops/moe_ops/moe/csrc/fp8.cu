@@ -143,10 +143,13 @@ Fp8Config fp8_config_for(const Fp8GemmArgs& args, int /*sm_count*/) {
       args.config == static_cast<int>(Fp8Config::kPingpong)) {
     return static_cast<Fp8Config>(args.config);
   }
-  // Measured on an H200 (docs/moe_ops.md): with at most 64 rows an expert on average a
-  // 128-row tile computes as many padding rows as real ones.
-  return args.m_total <= args.groups * kFp8PingpongRowsPerGroup ? Fp8Config::kPingpong
-                                                                : Fp8Config::kCooperative;
+  // Many experts of at most 64 rows each on average (fine-grained MoE layers): a 128-row
+  // tile would compute as many padding rows as real ones. With few experts (Llama-4's 16 at
+  // 1k tokens) the cooperative tile stayed faster (docs/moe_ops.md, H100 runs 9 and 10).
+  return args.groups >= kFp8PingpongMinGroups &&
+                 args.m_total <= args.groups * kFp8PingpongRowsPerGroup
+             ? Fp8Config::kPingpong
+             : Fp8Config::kCooperative;
 }
 
 const char* quantize_fp8(const QuantizeArgs& args, cudaStream_t stream) {

@@ -133,9 +133,11 @@ enum class Fp8Config : int {
   kCooperative = 1,  // 128x128x128, cluster 1x2
   kPingpong = 2,     // 64x128x128, cluster 1x2: groups of up to 64 rows
 };
-// `kAuto` takes kPingpong (row-wise scales) when the rows an expert average at most this
-// (m_total <= groups * kFp8PingpongRowsPerGroup): a 128-row tile would be half empty.
+// `kAuto` takes kPingpong (row-wise scales) when the rows an expert average at most
+// kFp8PingpongRowsPerGroup (a 128-row tile would be half empty) over at least
+// kFp8PingpongMinGroups experts.
 constexpr int64_t kFp8PingpongRowsPerGroup = 64;
+constexpr int64_t kFp8PingpongMinGroups = 64;
 
 // One FP8 grouped GEMM, torch._scaled_grouped_mm's 2-D x 3-D case, with grouped_mm's offsets
 // (same clamping and reporting).

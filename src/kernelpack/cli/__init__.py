@@ -68,16 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with raise_on_signals():
             return _main(argv)
-    except KeyboardInterrupt as exc:  # a signal after the verb, before the handlers are restored
+    except KeyboardInterrupt as exc:  # while the verbs are imported, or after the verb returned
+        print("kernelpack: interrupted", file=sys.stderr)
         return _interrupted_code(exc)
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    try:
-        parser = _parser()  # imports every verb: Ctrl-C or SIGTERM can land here
-    except KeyboardInterrupt as exc:
-        print("kernelpack: interrupted", file=sys.stderr)
-        return _interrupted_code(exc)
+    parser = _parser()  # imports every verb: a stop signal here is main()'s to report
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args))

@@ -71,21 +71,21 @@ struct LaunchConfig {
   LaunchConfig& operator=(const LaunchConfig&) = delete;
 };
 
-// `kernel<<<grid, block, smem, stream>>>(args...)` with PDL; errors are left for
-// cudaGetLastError, as a `<<<>>>` launch leaves them.
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            Args&&... args) {
-  LaunchConfig c(grid, block, smem, stream);
-  (void)cudaLaunchKernelEx(&c.config, kernel, std::forward<Args>(args)...);
-}
-
-// The same for a cluster of `cluster` CTAs along x (the grid is a multiple of it).
+// `kernel<<<grid, block, smem, stream>>>(args...)` with PDL, in clusters of `cluster` CTAs
+// along x (the grid a multiple of it; 1: no cluster); errors are left for cudaGetLastError,
+// as a `<<<>>>` launch leaves them.
 template <typename... Params, typename... Args>
 void launch_cluster(void (*kernel)(Params...), unsigned cluster, dim3 grid, dim3 block,
                     size_t smem, cudaStream_t stream, Args&&... args) {
   LaunchConfig c(grid, block, smem, stream, cluster);
   (void)cudaLaunchKernelEx(&c.config, kernel, std::forward<Args>(args)...);
+}
+
+// The same without clusters.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  launch_cluster(kernel, 1, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // The same for a kernel known by address, its arguments as an array of pointers (as

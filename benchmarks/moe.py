@@ -27,6 +27,12 @@ MoE forward: ``moe_ops.moe_forward`` against the same layer written with
 ``torch._grouped_mm`` plus torch ops for the routing, permutation, SiLU-and-mul and combine
 (no host synchronisation in either). TFLOP/s counts the two GEMMs' FLOPs only.
 
+Each GEMM also gets a floor from the card's roofline measured at the start of the run
+(``roofline.py``: the fastest streaming bandwidth and a dense GEMM's rate): its share of that
+floor ("of roof"), and per GEMM torch's time over the floor ("ceiling x"), the most any kernel
+could gain over torch there without beating the measured roofs. The closing table lists the
+GEMMs whose ceiling is under the 1.2x the targets ask.
+
 Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
 call: L2 flushed). Every timed implementation is first checked against ``torch._grouped_mm``.
 
@@ -46,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import roofline
 import torch
 import torch.nn.functional as F
 
@@ -111,6 +118,37 @@ QUICK_LAYERS = (
 
 def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
+
+
+#: The speedup over torch the issue asks of every GEMM.
+TARGET_X = 1.2
+
+
+def roof_table(pairs: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Per GEMM (a name, torch's row, ours): each one's share of the roof, ours over torch,
+    and the ceiling (torch's time over the floor: the most any kernel could gain there without
+    beating the measured roofs); printed, and the GEMMs whose ceiling is under `TARGET_X`."""
+    table = {}
+    head = ("torch of roof", "ours of roof", "ours x", "ceiling x")
+    print(f"\n{'GEMM':40s} {head[0]:>13s} {head[1]:>12s} {head[2]:>7s} {head[3]:>9s}")
+    for name, theirs, ours in pairs:
+        ceiling = theirs["ms"] / theirs["floor_ms"]
+        x = theirs["ms"] / ours["ms"]
+        table[name] = {
+            "torch_of_roof": theirs["of_roof"],
+            "ours_of_roof": ours["of_roof"],
+            "x": x,
+            "ceiling_x": ceiling,
+        }
+        print(
+            f"{name:40s} {theirs['of_roof']:13.1%} {ours['of_roof']:12.1%} {x:7.2f} {ceiling:9.2f}"
+        )
+    below = sorted(name for name, row in table.items() if row["ceiling_x"] < TARGET_X)
+    print(
+        f"{len(below)} of {len(table)} GEMMs leave less than {TARGET_X}x over torch under the"
+        " measured roofs"
+    )
+    return {"per_gemm": table, "ceiling_below_target": below}
 
 
 def _pyplot() -> Any:
@@ -204,10 +242,13 @@ def gemm_rows(
     layout: str,
     quick: bool,
     configs: Sequence[str],
+    roofs: roofline.Roofs,
 ) -> list[dict[str, Any]]:
     rows_total, k = x.shape
     n = w.shape[2]
     flops = 2.0 * rows_total * k * n
+    active = sum(1 for c in counts if c)
+    floor = roofline.floor_ms(roofline.gemm_bytes(active, rows_total, k, n, 2), flops, roofs, False)
     ref = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
     impls: dict[str, Fn] = {
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16),
@@ -230,12 +271,14 @@ def gemm_rows(
                 "N": n,
                 "ms": ms,
                 "tflops": flops / ms / 1e9,
+                "floor_ms": floor,
+                "of_roof": floor / ms,
                 "rel_err_vs_torch": err,
             }
         )
         print(
             f"  {name:8s} {layout:10s} {impl:22s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s"
-            f"  err {err:.1e}",
+            f" {floor / ms:6.1%} of roof  err {err:.1e}",
             flush=True,
         )
     return result
@@ -277,7 +320,7 @@ def forward_rows(
     return rows
 
 
-def run_layer(moe: Any, layer: Layer, quick: bool) -> dict[str, Any]:
+def run_layer(moe: Any, layer: Layer, quick: bool, roofs: roofline.Roofs) -> dict[str, Any]:
     torch.manual_seed(0)
     t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
     print(f"{layer.label}: H {h} I {i} E {e} top-{k} T {t}", flush=True)
@@ -300,9 +343,11 @@ def run_layer(moe: Any, layer: Layer, quick: bool) -> dict[str, Any]:
         w_gate_up = _weights(e, h, 2 * i, transposed)
         w_down = _weights(e, i, h, transposed)
         gemms += gemm_rows(
-            moe, "gate_up", x_sorted, w_gate_up, offsets, counts, layout, quick, configs
+            moe, "gate_up", x_sorted, w_gate_up, offsets, counts, layout, quick, configs, roofs
         )
-        gemms += gemm_rows(moe, "down", h_sorted, w_down, offsets, counts, layout, quick, configs)
+        gemms += gemm_rows(
+            moe, "down", h_sorted, w_down, offsets, counts, layout, quick, configs, roofs
+        )
         forward += forward_rows(moe, layer, x, logits, w_gate_up, w_down, layout, configs)
         torch.cuda.empty_cache()
     return {
@@ -343,7 +388,12 @@ def breakdown(moe: Any, layer: Layer) -> dict[str, float]:
 
 
 def fp8_gemm_rows(
-    moe: Any, name: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor
+    moe: Any,
+    name: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    offsets: torch.Tensor,
+    roofs: roofline.Roofs,
 ) -> list[dict[str, Any]]:
     """One GEMM in e4m3: torch._scaled_grouped_mm (row-wise scales) against grouped_mm_fp8 in
     both scale layouts (row-wise also with each tile config forced); the bf16 grouped_mm of
@@ -352,6 +402,8 @@ def fp8_gemm_rows(
     rows_total, k = x.shape
     n = w.shape[2]
     flops = 2.0 * rows_total * k * n
+    active = int((torch.diff(offsets, prepend=offsets.new_zeros(1)) > 0).sum())
+    floor = roofline.floor_ms(roofline.gemm_bytes(active, rows_total, k, n, 1), flops, roofs, True)
     ref = moe.grouped_mm(x, w, offsets)
     impls: dict[str, Fn] = {"moe_ops.grouped_mm (bf16)": lambda: moe.grouped_mm(x, w, offsets)}
     xq_r, xs_r = moe.quantize_fp8_activations(x, "rowwise")
@@ -389,6 +441,8 @@ def fp8_gemm_rows(
                 "ms": ms,
                 "tflops": tflops,
                 "of_fp8_peak": tflops / FP8_PEAK_TFLOPS,
+                "floor_ms": floor,
+                "of_roof": floor / ms,
                 "rel_err_vs_bf16": err,
             }
         )
@@ -400,7 +454,7 @@ def fp8_gemm_rows(
     return result
 
 
-def run_fp8_layer(moe: Any, layer: Layer) -> dict[str, Any]:
+def run_fp8_layer(moe: Any, layer: Layer, roofs: roofline.Roofs) -> dict[str, Any]:
     """Both GEMMs of a layer in e4m3, and moe_forward_fp8 against moe_forward (bf16)."""
     torch.manual_seed(0)
     t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
@@ -413,8 +467,8 @@ def run_fp8_layer(moe: Any, layer: Layer) -> dict[str, Any]:
     h_sorted = torch.randn(t * k, i, device="cuda").to(BF16)
     w_gate_up = _weights(e, h, 2 * i, False)
     w_down = _weights(e, i, h, False)
-    gemms = fp8_gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets)
-    gemms += fp8_gemm_rows(moe, "down", h_sorted, w_down, offsets)
+    gemms = fp8_gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets, roofs)
+    gemms += fp8_gemm_rows(moe, "down", h_sorted, w_down, offsets, roofs)
     interleaved = moe.interleave_gate_up(w_gate_up)
     ref = moe.moe_forward(x, logits, interleaved, w_down, k, gate_up_interleaved=True)
     forward = []
@@ -635,12 +689,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out:
             args.out.write_text(json.dumps({"environment": environment(), "breakdown": parts}))
         return 0
+    roofs = roofline.measure()
+    print(
+        f"roofs: stream {roofs.stream_bytes_per_s / 1e12:.2f} TB/s (read "
+        f"{roofs.read_bytes_per_s / 1e12:.2f}, copy {roofs.copy_bytes_per_s / 1e12:.2f}), "
+        f"dense bf16 {roofs.dense_bf16_flops / 1e12:.0f} TFLOP/s, "
+        f"dense e4m3 {roofs.dense_fp8_flops / 1e12:.0f} TFLOP/s",
+        flush=True,
+    )
     if args.fp8:
         fp8: dict[str, Any] = {
             "environment": environment(),
-            "fp8": [run_fp8_layer(moe, lay) for lay in FP8_LAYERS],
+            "roofs": roofs.as_dict(),
+            "fp8": [run_fp8_layer(moe, lay, roofs) for lay in FP8_LAYERS],
         }
         fp8["summary"] = fp8_summary(fp8["fp8"])
+        fp8["roofline"] = roof_table(
+            [
+                (
+                    f"{lay['label']} {gemm}",
+                    by["torch._scaled_grouped_mm rowwise"],
+                    by["moe_ops rowwise"],
+                )
+                for lay in fp8["fp8"]
+                for gemm in ("gate_up", "down")
+                for by in [{r["impl"]: r for r in lay["gemms"] if r["gemm"] == gemm and "ms" in r}]
+                if "torch._scaled_grouped_mm rowwise" in by and "moe_ops rowwise" in by
+            ]
+        )
         print(f"\n{fp8['environment']}")
         if "geomean" in fp8["summary"]:
             print(
@@ -655,11 +731,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.png:
             fp8_chart(fp8, args.png)
         return 0
-    result: dict[str, Any] = {"environment": environment(), "layers": []}
+    result: dict[str, Any] = {"environment": environment(), "roofs": roofs.as_dict(), "layers": []}
     layers = QUICK_LAYERS if args.quick else DECODE_LAYERS if args.decode else LAYERS
     for layer in layers:
         # The cuBLAS loop launches one GEMM per expert: at decode sizes it measures launches.
-        entry = run_layer(moe, layer, args.quick or args.decode)
+        entry = run_layer(moe, layer, args.quick or args.decode, roofs)
         entry["summary"] = summarise(entry)
         result["layers"].append(entry)
         torch.cuda.empty_cache()
@@ -674,6 +750,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for lay in result["layers"]
         for x in lay["summary"]["grouped_mm_speedup_per_gemm"].values()
     ]
+    result["roofline"] = roof_table(
+        [
+            (f"{lay['label']} {gemm} {layout}", by["torch._grouped_mm"], by["moe_ops[auto]"])
+            for lay in result["layers"]
+            for gemm in ("gate_up", "down")
+            for layout in ("row-major", "transposed")
+            for by in [
+                {r["impl"]: r for r in lay["gemms"] if (r["gemm"], r["layout"]) == (gemm, layout)}
+            ]
+            if "torch._grouped_mm" in by and "moe_ops[auto]" in by
+        ]
+    )
     if per_gemm:
         result["grouped_mm_per_gemm_geomean"] = geomean(per_gemm)
         result["grouped_mm_per_gemm_min"] = min(per_gemm)

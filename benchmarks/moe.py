@@ -227,9 +227,11 @@ def cublas_loop(x: torch.Tensor, w: torch.Tensor, counts: Sequence[int]) -> Fn:
 
 
 def _weights(experts: int, k: int, n: int, transposed: bool) -> torch.Tensor:
-    if transposed:
-        return (torch.randn(experts, n, k, device="cuda") * k**-0.5).to(BF16).transpose(-2, -1)
-    return (torch.randn(experts, k, n, device="cuda") * k**-0.5).to(BF16)
+    # Drawn in bf16 and scaled in place: DeepSeek-V3's 15 GB weight would pass through two
+    # 30 GB fp32 temporaries otherwise.
+    shape = (experts, n, k) if transposed else (experts, k, n)
+    w = torch.randn(shape, device="cuda", dtype=BF16).mul_(k**-0.5)
+    return w.transpose(-2, -1) if transposed else w
 
 
 def gemm_rows(

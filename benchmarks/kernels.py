@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_machine import driver
+from gpu_machine import clock_line, clocks, driver
 
 __all__ = ["main"]
 
@@ -404,6 +404,8 @@ def run(
     return {
         "gpu": torch.cuda.get_device_name(),
         "driver": driver(),
+        # Sampled as the timing ends, while the GPU still runs at its clocks under load.
+        "clocks": clocks(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -579,6 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result["summary"], indent=2))
+    print(
+        f"\n{result['gpu']}, driver {result['driver']}, torch {result['torch']}; "
+        f"{clock_line(result.get('clocks'))}\n"
+    )
+    print(markdown_table(result), end="")
     if args.png is not None and not chart(result, args.png):
         print("kernels.py: matplotlib is not installed; no chart written", file=sys.stderr)
     return 0

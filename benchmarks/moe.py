@@ -55,6 +55,7 @@ from typing import Any
 import roofline
 import torch
 import torch.nn.functional as F
+from gpu_machine import clock_line, clocks
 
 __all__ = ["main"]
 
@@ -706,6 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fp8": [run_fp8_layer(moe, lay, roofs) for lay in FP8_LAYERS],
         }
         fp8["summary"] = fp8_summary(fp8["fp8"])
+        fp8["clocks"] = clocks()  # as the timing ends, at the clocks under load
         fp8["roofline"] = roof_table(
             [
                 (
@@ -719,7 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "torch._scaled_grouped_mm rowwise" in by and "moe_ops rowwise" in by
             ]
         )
-        print(f"\n{fp8['environment']}")
+        print(f"\n{fp8['environment']}; {clock_line(fp8['clocks'])}")
         if "geomean" in fp8["summary"]:
             print(
                 f"grouped_mm_fp8 rowwise vs torch._scaled_grouped_mm over "
@@ -741,7 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         entry["summary"] = summarise(entry)
         result["layers"].append(entry)
         torch.cuda.empty_cache()
-    print(f"\n{result['environment']}")
+    result["clocks"] = clocks()  # as the timing ends, at the clocks under load
+    print(f"\n{result['environment']}; {clock_line(result['clocks'])}")
     print(f"{'layer':22s} {'grouped_mm x torch':>20s} {'forward x torch':>16s}")
     for lay in result["layers"]:
         gemm_x = lay["summary"]["grouped_mm_speedup"]["x"]

@@ -128,17 +128,18 @@ def test_grouped_mm_fp8_matches_dequantised_float64(
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_auto_runs_exactly_one_of_the_tile_configs(moe: ModuleType, layout: str) -> None:
-    # 32 rows an expert (the pingpong side of the rule) and 300 (the cooperative side): auto
-    # is bit-for-bit the config its rule names; block-wise scales run the cooperative tile
-    # whatever is asked.
-    for counts in ([32] * 8, [300] * 4):
+    # 64 experts of 4 rows (the pingpong side of the rule: >= 64 experts of <= 64 rows), 8 of
+    # 32 and 4 of 300 (the cooperative side): auto is bit-for-bit the config its rule names
+    # (the two tiles sum alike, so this holds either way: it checks that auto runs a tile
+    # config, not which); block-wise scales run the cooperative tile whatever is asked.
+    for counts in ([4] * 64, [32] * 8, [300] * 4):
         x_fp8, w_fp8, x_scale, w_scale = _operands(moe, counts, 512, 256, layout)
         offsets = offsets_from_counts(counts)
         runs = {
             c: moe.grouped_mm_fp8(x_fp8, w_fp8, x_scale, w_scale, offsets, config=c)
             for c in moe.FP8_CONFIGS
         }
-        small = sum(counts) <= 64 * len(counts)
+        small = len(counts) >= 64 and sum(counts) <= 64 * len(counts)
         expected = "pingpong" if small and layout == "rowwise" else "cooperative"
         assert torch.equal(runs["auto"], runs[expected]), (counts, layout)
         if layout == "blockwise":

@@ -97,22 +97,29 @@ def test_every_config_equals_torch_at_decode_sizes(moe: ModuleType, transposed: 
 def test_auto_takes_the_streaming_kernel_only_where_its_rule_says(
     moe: ModuleType, transposed: bool
 ) -> None:
-    # One token, top-8 of 128 experts, Qwen3-30B's gate/up (N 1536: 48 cooperative tiles):
-    # the rule takes gemv for K-major weights only (moe.h); row-major stays on the tiles,
-    # bit-identical to torch.
+    # moe.h's rule, worked out for 132 SMs. One token, top-8 of 128 experts, Qwen3-30B's
+    # gate/up (N 1536: 48 cooperative tiles; row-major, 8 x 24 = 192 tasks of 64 columns):
+    # gemv in both layouts. One token, top-2 of Mixtral's experts, its down GEMM (K 14336,
+    # N 4096: row-major, 2 x 64 = 128 tasks, fewer than the SMs; K-major, 512 CTAs, a last
+    # wave of 116 of 396): the small tile in both. gemv's sums run in another order than the
+    # tiles', so its output tells which kernel ran.
     if not hasattr(torch, "_grouped_mm"):
         pytest.skip("this torch has no torch._grouped_mm")
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the expected pick is worked out for 132 SMs (H100 SXM, H200)")
-    counts = [0] * 128
+    qwen3 = [0] * 128
     for e in [2, 9, 17, 40, 41, 77, 100, 127]:
-        counts[e] = 1
-    x = _x(8, 2048)
-    w = weights(128, 2048, 1536, transposed=transposed, scale=2048**-0.5)
-    offsets = offsets_from_counts(counts)
-    auto = moe.grouped_mm(x, w, offsets)
-    expected = "gemv" if transposed else "small"
-    assert torch.equal(auto, moe.grouped_mm(x, w, offsets, config=expected))
+        qwen3[e] = 1
+    cases = [(qwen3, 2048, 1536, "gemv"), ([1, 1], 14336, 4096, "small")]
+    for counts, k, n, expected in cases:
+        x = _x(sum(counts), k)
+        w = weights(len(counts), k, n, transposed=transposed, scale=k**-0.5)
+        offsets = offsets_from_counts(counts)
+        auto = moe.grouped_mm(x, w, offsets)
+        picked = moe.grouped_mm(x, w, offsets, config=expected)
+        other = moe.grouped_mm(x, w, offsets, config="small" if expected == "gemv" else "gemv")
+        assert torch.equal(auto, picked), (k, n, expected)
+        assert not torch.equal(auto, other), (k, n, "the two kernels must differ to tell")
 
 
 def test_rows_past_the_last_offset_are_untouched(moe: ModuleType) -> None:

@@ -34,7 +34,9 @@ could gain over torch there without beating the measured roofs. The closing tabl
 GEMMs whose ceiling is under the 1.2x the targets ask.
 
 Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
-call: L2 flushed). Every timed implementation is first checked against ``torch._grouped_mm``.
+call: L2 flushed), each implementation of a GEMM timed once in turn and once in the reverse
+order, the two medians averaged (``bench_all``: the clocks drift over a long run). Every
+timed implementation is first checked against ``torch._grouped_mm``.
 
 Usage: ``python benchmarks/moe.py --out moe.json [--png moe.png] [--quick | --decode | --fp8]``
 """
@@ -172,6 +174,18 @@ def bench(fn: Fn) -> float:
     return float(do_bench(fn, warmup=25, rep=150, return_mode="median"))
 
 
+def bench_all(impls: dict[str, Fn]) -> dict[str, float]:
+    """Median milliseconds of each of `impls`, timed in turn and then again in the reverse
+    order, the two medians averaged: the clocks of a long run drift (a GPU at its power limit
+    slows as it heats), and one pass in each order gives every implementation the same share
+    of the drift. (One pass in a fixed order once measured the same kernel 15% apart as the
+    second and the third implementation timed.)"""
+    names = list(impls)
+    first = {name: bench(impls[name]) for name in names}
+    second = {name: bench(impls[name]) for name in reversed(names)}
+    return {name: (first[name] + second[name]) / 2 for name in names}
+
+
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     out64, ref64 = out.double(), ref.double()
     return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
@@ -260,10 +274,11 @@ def gemm_rows(
         impls[f"moe_ops[{config}]"] = lambda c=config: moe.grouped_mm(x, w, offsets, config=c)
     if not quick:
         impls["cublas-loop"] = cublas_loop(x, w, counts)
+    errors = {impl: rel(fn(), ref) for impl, fn in impls.items()}
+    times = bench_all(impls)
     result = []
-    for impl, fn in impls.items():
-        err = rel(fn(), ref)
-        ms = bench(fn)
+    for impl, err in errors.items():
+        ms = times[impl]
         result.append(
             {
                 "gemm": name,
@@ -308,10 +323,11 @@ def forward_rows(
         impls[f"moe_ops.moe_forward[{config}]"] = lambda c=config: moe.moe_forward(
             x, logits, interleaved, w_down, k, gate_up_interleaved=True, config=c
         )
+    errors = {impl: rel(fn(), ref) for impl, fn in impls.items()}
+    times = bench_all(impls)
     rows = []
-    for impl, fn in impls.items():
-        err = rel(fn(), ref)
-        ms = bench(fn)
+    for impl, err in errors.items():
+        ms = times[impl]
         tflops = layer.gemm_flops / ms / 1e9
         rows.append(
             {"layout": layout, "impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_torch": err}
@@ -425,14 +441,16 @@ def fp8_gemm_rows(
         wq_b, ws_b = moe.quantize_fp8_weights(w, "blockwise")
         impls["moe_ops blockwise"] = lambda: moe.grouped_mm_fp8(xq_b, wq_b, xs_b, ws_b, offsets)
     result = []
+    errors: dict[str, float] = {}
     for impl, fn in impls.items():
         try:
-            err = rel(fn(), ref)
+            errors[impl] = rel(fn(), ref)
         except (RuntimeError, NotImplementedError) as exc:  # torch's kernel may refuse a shape
             print(f"  {name:8s} {impl:34s} refused: {str(exc).splitlines()[0]}", flush=True)
             result.append({"gemm": name, "impl": impl, "refused": str(exc).splitlines()[0]})
-            continue
-        ms = bench(fn)
+    times = bench_all({impl: impls[impl] for impl in errors})
+    for impl, err in errors.items():
+        ms = times[impl]
         tflops = flops / ms / 1e9
         result.append(
             {
@@ -487,9 +505,10 @@ def run_fp8_layer(moe: Any, layer: Layer, roofs: roofline.Roofs) -> dict[str, An
             impls[f"moe_forward_fp8 {scales}"] = lambda gu=gu, gu_s=gu_s, dn=dn, dn_s=dn_s: (
                 moe.moe_forward_fp8(x, logits, gu, gu_s, dn, dn_s, k)
             )
-    for impl, fn in impls.items():
-        err = rel(fn(), ref)
-        ms = bench(fn)
+    errors = {impl: rel(fn(), ref) for impl, fn in impls.items()}
+    times = bench_all(impls)
+    for impl, err in errors.items():
+        ms = times[impl]
         tflops = layer.gemm_flops / ms / 1e9
         forward.append({"impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_bf16": err})
         print(f"  forward  {impl:34s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  err {err:.1e}")

@@ -10,11 +10,9 @@
 // i takes tasks i, i + grid, ..., so no CTA waits for a scheduling slot and the list is built
 // once a CTA. Within a task the CTA's threads split K into `k_splits` slices of one column
 // block and meet in shared memory, summing the slices in a fixed order (deterministic; no
-// atomics, no workspace). With row-major B a task may also be cut into `k_parts` parts of K
-// over the CTAs of a thread-block cluster, whose rank 0 sums the parts in rank order through
-// distributed shared memory. The split is chosen on the host (gemv_plan) from the shape alone
-// so that the tasks divide into the resident CTAs with little of a last wave left over:
-// Mixtral's one-token down GEMM (2 experts x 4096 columns x K 14336) has too few column blocks
+// atomics, no workspace). The split is chosen on the host (gemv_plan) from the shape alone so
+// that the tasks divide into the resident CTAs with little of a last wave left over: Mixtral's
+// one-token down GEMM (2 experts x 4096 columns x K 14336) has too few column blocks
 // otherwise.
 //
 // - B K-major (stored n x k, K contiguous): a warp holds 2 adjacent columns of one K slice,
@@ -36,7 +34,6 @@
 
 #include <cstdint>
 
-#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <cuda/functional>
 
@@ -56,20 +53,14 @@ constexpr int kGemvColStep = 32 * 8;
 // Row-major: lanes a k row, columns a lane group, lane groups a CTA, k rows in flight.
 constexpr int kGemvRowLanes = 8;
 constexpr int kGemvRowCols = 8 * kGemvRowLanes;
+static_assert(kGemvRowCols == moe_ops::kGemvRowMajorColumns, "moe.h's rule assumes this width");
 constexpr int kGemvRowGroups = kGemvThreads / kGemvRowLanes;
 constexpr int kGemvRowUnroll = 8;
-// The most CTAs (a cluster, a part of K each) a row-major task is split over: the portable
-// cluster size.
-constexpr int kGemvMaxParts = 8;
 static_assert(kGemvRowUnroll == 8, "a step's k rows are the 8 values of one 16-byte load of A");
 
-// How one launch is cut: N into col_blocks blocks of block_cols columns; K into k_parts parts
-// of k_part elements, one a CTA of a thread-block cluster of k_parts (row-major B only; 1
-// otherwise), and each part into k_splits slices of k_slice elements, one a thread group (the
-// last part and slice may be short); over `grid` persistent CTAs (a multiple of k_parts).
+// How one launch is cut: K into k_splits slices of k_slice elements (the last may be short),
+// N into col_blocks blocks of block_cols columns, over `grid` persistent CTAs.
 struct GemvPlan {
-  int k_parts;
-  int k_part;
   int k_splits;
   int k_slice;
   int block_cols;
@@ -317,16 +308,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
   const int sub = static_cast<int>(threadIdx.x) % kGemvRowLanes;
   const int split = lane_group % plan.k_splits;
   const int cg = lane_group / plan.k_splits;
-  // With k_parts > 1 the CTAs of a cluster take the same tasks, each its part of K, and rank 0
-  // sums the parts (in rank order) through distributed shared memory.
-  const int part = static_cast<int>(blockIdx.x) % plan.k_parts;
-  const int part_end = (part + 1) * plan.k_part < p.k ? (part + 1) * plan.k_part : p.k;
-  const int k_begin = part * plan.k_part + split * plan.k_slice;
-  const int k_end = k_begin + plan.k_slice < part_end ? k_begin + plan.k_slice : part_end;
+  const int k_begin = split * plan.k_slice;
+  const int k_end = k_begin + plan.k_slice < p.k ? k_begin + plan.k_slice : p.k;
   const int cols = plan.block_cols;
   const int tasks = list.count * plan.col_blocks;
-  const int clusters = plan.grid / plan.k_parts;
-  for (int task = static_cast<int>(blockIdx.x) / plan.k_parts; task < tasks; task += clusters) {
+  for (int task = static_cast<int>(blockIdx.x); task < tasks; task += plan.grid) {
     const int slot = task / plan.col_blocks;
     const int col0 = (task % plan.col_blocks) * cols;
     const int g = list.group[slot];
@@ -394,26 +380,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
         partial[i] = sum;  // each i is read and written by this thread only
       }
       __syncthreads();
-      __nv_bfloat16* d =
-          p.d + static_cast<int64_t>(list.start[slot] + r0) * (SiluMul ? p.n / 2 : p.n);
-      if (plan.k_parts == 1) {
-        gemv_store<SiluMul>(partial, cols, rows, col0, p.n, d);
-      } else {
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        cluster.sync();  // every part's sums are in its CTA's `partial`
-        if (part == 0) {
-          for (int i = static_cast<int>(threadIdx.x); i < rows * cols; i += kGemvThreads) {
-            float sum = partial[i];
-            for (int q = 1; q < plan.k_parts; ++q) {  // in part order
-              sum += cluster.map_shared_rank(partial, q)[i];
-            }
-            partial[i] = sum;
-          }
-          __syncthreads();
-          gemv_store<SiluMul>(partial, cols, rows, col0, p.n, d);
-        }
-        cluster.sync();  // the other parts' `partial` is read before they are reused
-      }
+      gemv_store<SiluMul>(partial, cols, rows, col0, p.n,
+                          p.d + static_cast<int64_t>(list.start[slot] + r0) *
+                                    (SiluMul ? p.n / 2 : p.n));
       __syncthreads();  // partial is reused by the next pass
     }
   }
@@ -438,52 +407,36 @@ int gemv_ctas_per_sm() {
 // anything but its arguments). `active` = min(groups, m_total) bounds the groups with rows.
 // Among the splits whose slices keep a thread's loads in flight (at least one unrolled step
 // each), take the one whose tasks fill the resident CTAs best: the fraction of the last wave
-// that is busy (all of it when the tasks divide evenly); on a tie the fewer parts, then the
-// fewer slices. Row-major B may also cut K into 2, 4 or 8 parts over a cluster's CTAs, which
-// multiplies the tasks when there are too few column blocks to fill the SMs (Llama-4's
-// one-token down GEMM: one expert, 80 blocks of 64 columns, K 8192).
+// that is busy (all of it when the tasks divide evenly), the smaller split on a tie.
 inline GemvPlan gemv_plan(bool k_major, int64_t active, int64_t n, int64_t k, int slots) {
   const int units = k_major ? kGemvWarps : kGemvRowGroups;  // threads' groups that split K
   const int unit_cols = k_major ? 2 : kGemvRowCols;
   const int64_t min_slice = k_major ? kGemvColStep * kGemvColUnroll : 2 * kGemvRowUnroll;
   const int64_t slice_step = k_major ? kGemvColStep : kGemvRowUnroll;
-  const int max_parts = k_major ? 1 : kGemvMaxParts;
   GemvPlan best{};
   double best_fill = -1.0;
-  for (int parts = 1; parts <= max_parts; parts *= 2) {
-    // One part is all of K (the plan as it was before parts); more are whole steps each.
-    const int64_t part_raw = (k + parts - 1) / parts;
-    const int64_t part =
-        parts == 1 ? k : (part_raw + slice_step - 1) / slice_step * slice_step;
-    if (parts > 1 && part < min_slice) {
+  for (int splits = 1; splits <= units; splits *= 2) {
+    if (splits > 1 && k / splits < min_slice) {
       break;
     }
-    const int usable = slots / parts * parts;  // whole clusters
-    for (int splits = 1; splits <= units; splits *= 2) {
-      if (splits > 1 && part / splits < min_slice) {
-        break;
-      }
-      const int block_cols = (units / splits) * unit_cols;
-      const int64_t col_blocks = (n + block_cols - 1) / block_cols;
-      const int64_t tasks = active * col_blocks * parts;
-      double fill = 1.0;
-      if (tasks < usable) {
-        fill = static_cast<double>(tasks) / usable;
-      } else if (tasks % usable != 0) {
-        const double waves = static_cast<double>(tasks) / usable;
-        fill = waves / static_cast<double>((tasks + usable - 1) / usable);
-      }
-      if (fill > best_fill + 1e-9) {
-        best_fill = fill;
-        const int64_t raw = (part + splits - 1) / splits;
-        best.k_parts = parts;
-        best.k_part = static_cast<int>(part);
-        best.k_splits = splits;
-        best.k_slice = static_cast<int>((raw + slice_step - 1) / slice_step * slice_step);
-        best.block_cols = block_cols;
-        best.col_blocks = static_cast<int>(col_blocks);
-        best.grid = static_cast<int>(tasks < usable ? (tasks > 0 ? tasks : parts) : usable);
-      }
+    const int block_cols = (units / splits) * unit_cols;
+    const int64_t col_blocks = (n + block_cols - 1) / block_cols;
+    const int64_t tasks = active * col_blocks;
+    double fill = 1.0;
+    if (tasks < slots) {
+      fill = static_cast<double>(tasks) / slots;
+    } else if (tasks % slots != 0) {
+      const double waves = static_cast<double>(tasks) / slots;
+      fill = waves / static_cast<double>((tasks + slots - 1) / slots);
+    }
+    if (fill > best_fill + 1e-9) {
+      best_fill = fill;
+      const int64_t raw = (k + splits - 1) / splits;
+      best.k_splits = splits;
+      best.k_slice = static_cast<int>((raw + slice_step - 1) / slice_step * slice_step);
+      best.block_cols = block_cols;
+      best.col_blocks = static_cast<int>(col_blocks);
+      best.grid = static_cast<int>(tasks < slots ? (tasks > 0 ? tasks : 1) : slots);
     }
   }
   return best;
@@ -514,22 +467,8 @@ cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_cou
   p.plan = gemv_plan(KMajor, active, args.n, args.k, slots);
   if constexpr (KMajor) {
     gemv_colb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
-  } else if (p.plan.k_parts == 1) {
-    gemv_rowb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   } else {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(p.plan.grid));
-    config.blockDim = dim3(kGemvThreads);
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(p.plan.k_parts);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, gemv_rowb_kernel<SiluMul>, p);
+    gemv_rowb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

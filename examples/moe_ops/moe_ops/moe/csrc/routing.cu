@@ -258,15 +258,19 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   const int64_t coop_tiles = active * ((args.n + 255) / 256);
   // The weight-streaming kernel: one row an expert or less and few tiles (the tile
   // configurations leave most SMs idle). K-major: no near-empty last wave of its CTAs.
-  // Row-major: always; where its 64-column tasks are fewer than the SMs it splits K over a
-  // cluster's CTAs (gemv_plan).
+  // Row-major: at least as many of its narrowest tasks as SMs (Mixtral's and Llama-4's
+  // one-token down GEMMs, 128 and 80 tasks of K 14336 and 8192, ran at 0.86x and 0.79x torch
+  // on an H100 where the tiles gave 1.07x and 1.03x; the one-token GEMMs with 180-256 tasks
+  // ran at 1.11-1.34x against 1.03-1.07x).
   if (args.m_total <= args.groups * kGemvRowsPerGroup && coop_tiles <= kGemvMaxCoopTiles) {
-    if (!args.b_k_major) {
-      return GemmConfig::kGemv;
-    }
-    const int64_t ctas = active * ((args.n + kGemvColumnsPerCta - 1) / kGemvColumnsPerCta);
-    const int64_t wave = kGemvCtasPerSm * sm_count;
-    if (ctas <= wave || ctas % wave == 0 || 2 * (ctas % wave) >= wave || ctas >= 4 * wave) {
+    if (args.b_k_major) {
+      const int64_t ctas = active * ((args.n + kGemvColumnsPerCta - 1) / kGemvColumnsPerCta);
+      const int64_t wave = kGemvCtasPerSm * sm_count;
+      if (ctas <= wave || ctas % wave == 0 || 2 * (ctas % wave) >= wave || ctas >= 4 * wave) {
+        return GemmConfig::kGemv;
+      }
+    } else if (active * ((args.n + kGemvRowMajorColumns - 1) / kGemvRowMajorColumns) >=
+               sm_count) {
       return GemmConfig::kGemv;
     }
   }

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from benchmark_modules import import_benchmark
 
 pytestmark = pytest.mark.integration
 
@@ -173,11 +174,7 @@ def test_only_keeps_its_order_and_dependency_folders_reach_the_steps(
     # A bounded run lists the heavy projects last; a pinned release's headers given as
     # KERNELPACK_<NAME>_DIR (a machine without network) must reach kernelpack's steps, while
     # other KERNELPACK_ settings of the caller do not.
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import corpus
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    corpus = import_benchmark("corpus")
     chosen = corpus.projects(checkout, ["gamma", "beta"], [])
     assert [p.name for p in chosen] == ["gamma", "beta"]
     assert [p.name for p in corpus.projects(checkout, [], [])] == ["beta", "gamma"]

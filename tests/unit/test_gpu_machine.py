@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from benchmark_modules import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def gpu_machine() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import gpu_machine
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return gpu_machine
+    return import_benchmark("gpu_machine")
 
 
 def _fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> Path:

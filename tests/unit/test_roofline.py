@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_modules import import_benchmark
 
 pytest.importorskip("torch")
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def roofline() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import roofline
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return roofline
+    return import_benchmark("roofline")
 
 
 def test_bytes_count_active_weights_input_and_bf16_output_once(roofline: ModuleType) -> None:

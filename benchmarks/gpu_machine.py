@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-__all__ = ["CLOCK_FIELDS", "clock_line", "clocks", "driver"]
+__all__ = ["CLOCK_FIELDS", "clock_line", "clocks", "driver", "query"]
 
 #: nvidia-smi's fields for `clocks`: the clocks now, their maxima, the application clocks
 #: (what the GPU boosts to under load unless capped) and the power limit.
@@ -19,7 +19,7 @@ CLOCK_FIELDS = (
 )
 
 
-def _query(fields: str) -> str | None:
+def query(fields: str) -> str | None:
     """The first GPU's line of `nvidia-smi --query-gpu=FIELDS` (None where it cannot)."""
     try:
         out = subprocess.run(
@@ -36,13 +36,13 @@ def _query(fields: str) -> str | None:
 
 def driver() -> str | None:
     """The NVIDIA driver version, as nvidia-smi reports it (None where it cannot)."""
-    return _query("driver_version")
+    return query("driver_version")
 
 
 def clocks() -> dict[str, float | str] | None:
     """`CLOCK_FIELDS` of the first GPU: MHz and W as numbers, what nvidia-smi does not
     report (``[N/A]``) as its text; None where nvidia-smi cannot be run."""
-    line = _query(",".join(CLOCK_FIELDS))
+    line = query(",".join(CLOCK_FIELDS))
     if line is None:
         return None
     values = [v.strip() for v in line.split(",")]

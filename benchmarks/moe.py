@@ -47,7 +47,6 @@ import argparse
 import json
 import math
 import platform
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from typing import Any
 import roofline
 import torch
 import torch.nn.functional as F
-from gpu_machine import clock_line, clocks
+from gpu_machine import clock_line, clocks, query
 
 __all__ = ["main"]
 
@@ -127,25 +126,37 @@ def geomean(values: Sequence[float]) -> float:
 TARGET_X = 1.2
 
 
-def roof_table(pairs: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
-    """Per GEMM (a name, torch's row, ours): each one's share of the roof, ours over torch,
-    and the ceiling (torch's time over the floor: the most any kernel could gain there without
-    beating the measured roofs); printed, and the GEMMs whose ceiling is under `TARGET_X`."""
+def roof_table(
+    layers: Sequence[dict[str, Any]], group: Sequence[str], theirs: str, ours: str
+) -> dict[str, Any]:
+    """Per GEMM of `layers` (each layer's ``gemms`` rows told apart by the `group` fields),
+    torch's (`theirs`) and our (`ours`) share of the roof, ours over torch, and the ceiling
+    (torch's time over the floor: the most any kernel could gain there without beating the
+    measured roofs); printed, and the GEMMs whose ceiling is under `TARGET_X`."""
     table = {}
     head = ("torch of roof", "ours of roof", "ours x", "ceiling x")
     print(f"\n{'GEMM':40s} {head[0]:>13s} {head[1]:>12s} {head[2]:>7s} {head[3]:>9s}")
-    for name, theirs, ours in pairs:
-        ceiling = theirs["ms"] / theirs["floor_ms"]
-        x = theirs["ms"] / ours["ms"]
-        table[name] = {
-            "torch_of_roof": theirs["of_roof"],
-            "ours_of_roof": ours["of_roof"],
-            "x": x,
-            "ceiling_x": ceiling,
-        }
-        print(
-            f"{name:40s} {theirs['of_roof']:13.1%} {ours['of_roof']:12.1%} {x:7.2f} {ceiling:9.2f}"
-        )
+    for lay in layers:
+        by: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
+        for row in lay["gemms"]:
+            if "ms" in row:  # not refused
+                by.setdefault(tuple(row[f] for f in group), {})[row["impl"]] = row
+        for key, impls in by.items():
+            if theirs not in impls or ours not in impls:
+                continue
+            name = " ".join((lay["label"], *key))
+            t, o = impls[theirs], impls[ours]
+            table[name] = {
+                "torch_of_roof": t["of_roof"],
+                "ours_of_roof": o["of_roof"],
+                "x": t["ms"] / o["ms"],
+                "ceiling_x": t["ms"] / t["floor_ms"],
+            }
+            row = table[name]
+            print(
+                f"{name:40s} {row['torch_of_roof']:13.1%} {row['ours_of_roof']:12.1%} "
+                f"{row['x']:7.2f} {row['ceiling_x']:9.2f}"
+            )
     below = sorted(name for name, row in table.items() if row["ceiling_x"] < TARGET_X)
     print(
         f"{len(below)} of {len(table)} GEMMs leave less than {TARGET_X}x over torch under the"
@@ -184,6 +195,11 @@ def bench_all(impls: dict[str, Fn]) -> dict[str, float]:
     first = {name: bench(impls[name]) for name in names}
     second = {name: bench(impls[name]) for name in reversed(names)}
     return {name: (first[name] + second[name]) / 2 for name in names}
+
+
+def active_groups(offsets: torch.Tensor) -> int:
+    """Groups with rows, from cumulative int32 offsets."""
+    return int((torch.diff(offsets, prepend=offsets.new_zeros(1)) > 0).sum())
 
 
 def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -264,8 +280,7 @@ def gemm_rows(
     rows_total, k = x.shape
     n = w.shape[2]
     flops = 2.0 * rows_total * k * n
-    active = sum(1 for c in counts if c)
-    floor = roofline.floor_ms(roofline.gemm_bytes(active, rows_total, k, n, 2), flops, roofs, False)
+    floor = roofline.gemm_floor_ms(roofs, active_groups(offsets), rows_total, k, n, fp8=False)
     ref = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
     impls: dict[str, Fn] = {
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16),
@@ -421,8 +436,7 @@ def fp8_gemm_rows(
     rows_total, k = x.shape
     n = w.shape[2]
     flops = 2.0 * rows_total * k * n
-    active = int((torch.diff(offsets, prepend=offsets.new_zeros(1)) > 0).sum())
-    floor = roofline.floor_ms(roofline.gemm_bytes(active, rows_total, k, n, 1), flops, roofs, True)
+    floor = roofline.gemm_floor_ms(roofs, active_groups(offsets), rows_total, k, n, fp8=True)
     ref = moe.grouped_mm(x, w, offsets)
     impls: dict[str, Fn] = {"moe_ops.grouped_mm (bf16)": lambda: moe.grouped_mm(x, w, offsets)}
     xq_r, xs_r = moe.quantize_fp8_activations(x, "rowwise")
@@ -631,18 +645,9 @@ def summarise(layer: dict[str, Any]) -> dict[str, Any]:
 
 
 def environment() -> dict[str, Any]:
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        smi = ""
     return {
         "gpu": torch.cuda.get_device_name(),
-        "nvidia_smi": smi,
+        "nvidia_smi": query("name,driver_version") or "",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -728,17 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fp8["summary"] = fp8_summary(fp8["fp8"])
         fp8["clocks"] = clocks()  # as the timing ends, at the clocks under load
         fp8["roofline"] = roof_table(
-            [
-                (
-                    f"{lay['label']} {gemm}",
-                    by["torch._scaled_grouped_mm rowwise"],
-                    by["moe_ops rowwise"],
-                )
-                for lay in fp8["fp8"]
-                for gemm in ("gate_up", "down")
-                for by in [{r["impl"]: r for r in lay["gemms"] if r["gemm"] == gemm and "ms" in r}]
-                if "torch._scaled_grouped_mm rowwise" in by and "moe_ops rowwise" in by
-            ]
+            fp8["fp8"], ("gemm",), "torch._scaled_grouped_mm rowwise", "moe_ops rowwise"
         )
         print(f"\n{fp8['environment']}; {clock_line(fp8['clocks'])}")
         if "geomean" in fp8["summary"]:
@@ -775,16 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for x in lay["summary"]["grouped_mm_speedup_per_gemm"].values()
     ]
     result["roofline"] = roof_table(
-        [
-            (f"{lay['label']} {gemm} {layout}", by["torch._grouped_mm"], by["moe_ops[auto]"])
-            for lay in result["layers"]
-            for gemm in ("gate_up", "down")
-            for layout in ("row-major", "transposed")
-            for by in [
-                {r["impl"]: r for r in lay["gemms"] if (r["gemm"], r["layout"]) == (gemm, layout)}
-            ]
-            if "torch._grouped_mm" in by and "moe_ops[auto]" in by
-        ]
+        result["layers"], ("gemm", "layout"), "torch._grouped_mm", "moe_ops[auto]"
     )
     if per_gemm:
         result["grouped_mm_per_gemm_geomean"] = geomean(per_gemm)

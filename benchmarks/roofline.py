@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Roofs", "floor_ms", "gemm_bytes", "measure"]
+__all__ = ["Roofs", "floor_ms", "gemm_bytes", "gemm_floor_ms", "measure"]
 
 GIB = 2**30
 DENSE = 8192
@@ -98,3 +98,10 @@ def floor_ms(nbytes: int, flops: float, roofs: Roofs, fp8: bool) -> float:
     """The least time of a GEMM moving `nbytes` and doing `flops` under `roofs` (ms)."""
     rate = roofs.dense_fp8_flops if fp8 else roofs.dense_bf16_flops
     return max(nbytes / roofs.stream_bytes_per_s, flops / rate) * 1e3
+
+
+def gemm_floor_ms(roofs: Roofs, active_groups: int, rows: int, k: int, n: int, fp8: bool) -> float:
+    """The floor of a grouped GEMM of `rows` x `k` x `n` over `active_groups` groups with rows,
+    its operands in e4m3 (`fp8`) or bf16 (ms)."""
+    nbytes = gemm_bytes(active_groups, rows, k, n, 1 if fp8 else 2)
+    return floor_ms(nbytes, 2.0 * rows * k * n, roofs, fp8)

@@ -50,6 +50,8 @@ constexpr int kGemvMaxActive = 1024;
 // K-major: steps of 256 k (32 lanes x 8) a warp has in flight, two columns each.
 constexpr int kGemvColUnroll = 4;
 constexpr int kGemvColStep = 32 * 8;
+// The one-row pass of a K-major warp (see gemv_colb_pass): as many steps in flight.
+constexpr int kGemvColOneRowUnroll = kGemvColUnroll;
 // Row-major: lanes a k row, columns a lane group, lane groups a CTA, k rows in flight.
 constexpr int kGemvRowLanes = 8;
 constexpr int kGemvRowCols = 8 * kGemvRowLanes;
@@ -57,6 +59,9 @@ static_assert(kGemvRowCols == moe_ops::kGemvRowMajorColumns, "moe.h's rule assum
 constexpr int kGemvRowGroups = kGemvThreads / kGemvRowLanes;
 constexpr int kGemvRowUnroll = 8;
 static_assert(kGemvRowUnroll == 8, "a step's k rows are the 8 values of one 16-byte load of A");
+// A task whose group has one row (every group at one token) takes a pass of its own: one
+// accumulator set instead of kGemvRows, and twice the k rows (row-major) in flight.
+constexpr int kGemvRowOneRowUnroll = 2 * kGemvRowUnroll;
 
 // How one launch is cut: K into k_splits slices of k_slice elements (the last may be short),
 // N into col_blocks blocks of block_cols columns, over `grid` persistent CTAs.
@@ -187,6 +192,102 @@ __device__ __forceinline__ void gemv_store(const float* sums, int cols, int rows
   }
 }
 
+// One pass of a K-major warp: rows 0..R-1 (the first `rows` of them real) of A against the
+// warp's two columns, this lane's k from k_first in steps of kGemvColStep up to k_end, in
+// ascending k (so R = 1 sums exactly as the R = kGemvRows pass does for its first row).
+template <int R, int U>
+__device__ __forceinline__ void gemv_colb_pass(const __nv_bfloat16* b0, const __nv_bfloat16* b1,
+                                               const __nv_bfloat16* a, int k, int rows,
+                                               int k_first, int k_end, float (&acc0)[kGemvRows],
+                                               float (&acc1)[kGemvRows]) {
+  for (int k0 = k_first; k0 < k_end; k0 += kGemvColStep * U) {
+    uint4 v0[U];
+    uint4 v1[U];
+    uint4 xa[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int kk = k0 + u * kGemvColStep;
+      const bool in = kk < k_end;
+      v0[u] = in ? load16(b0 + kk) : make_uint4(0, 0, 0, 0);
+      v1[u] = in ? load16(b1 + kk) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        xa[r][u] = in && r < rows ? load16(a + static_cast<int64_t>(r) * k + kk)
+                                  : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float w0[8];
+      float w1[8];
+      bf16x8_to_float(v0[u], w0);
+      bf16x8_to_float(v1[u], w1);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float x[8];
+        bf16x8_to_float(xa[r][u], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          acc0[r] = fmaf(x[e], w0[e], acc0[r]);
+          acc1[r] = fmaf(x[e], w1[e], acc1[r]);
+        }
+      }
+    }
+  }
+}
+
+// Row-major B, R rows of A (the first `rows` real) against this lane's 8 columns over
+// [k_begin, k_end), U k rows of B in flight; k ascending, so every R and U sums a row in the
+// same order. (k_end - k_begin) is a multiple of 8 (k_slice and K are); a U = 16 pass ends
+// with one 8-row step when it is not a multiple of 16.
+template <int R, int U>
+__device__ __forceinline__ void gemv_rowb_steps(const __nv_bfloat16* b, int n,
+                                                const __nv_bfloat16* a, int k, int rows,
+                                                int& k0, int k_end, float (&acc)[kGemvRows][8]) {
+  static_assert(U % 8 == 0, "A comes in 16-byte loads of 8 k");
+  for (; k0 + U <= k_end; k0 += U) {
+    uint4 wv[U];
+    uint4 xa[R][U / 8];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      wv[u] = load16(b + static_cast<int64_t>(k0 + u) * n);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int h = 0; h < U / 8; ++h) {
+        xa[r][h] = r < rows ? load16(a + static_cast<int64_t>(r) * k + k0 + 8 * h)
+                            : make_uint4(0, 0, 0, 0);
+      }
+    }
+    float x[R][U];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int h = 0; h < U / 8; ++h) {
+        float part[8];
+        bf16x8_to_float(xa[r][h], part);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          x[r][8 * h + e] = part[e];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float w[8];
+      bf16x8_to_float(wv[u], w);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          acc[r][c] = fmaf(x[r][u], w[c], acc[r][c]);
+        }
+      }
+    }
+  }
+}
+
 // K-major B: warp (column pair cp, K slice s) of the block; partial[s][r][c].
 template <bool SiluMul>
 __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
@@ -224,39 +325,13 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
         acc1[r] = 0.f;
       }
       if (live) {
-        for (int k0 = k_begin + lane * 8; k0 < k_end; k0 += kGemvColStep * kGemvColUnroll) {
-          uint4 v0[kGemvColUnroll];
-          uint4 v1[kGemvColUnroll];
-          uint4 xa[kGemvRows][kGemvColUnroll];
-#pragma unroll
-          for (int u = 0; u < kGemvColUnroll; ++u) {
-            const int kk = k0 + u * kGemvColStep;
-            const bool in = kk < k_end;
-            v0[u] = in ? load16(b0 + kk) : make_uint4(0, 0, 0, 0);
-            v1[u] = in ? load16(b1 + kk) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int r = 0; r < kGemvRows; ++r) {
-              xa[r][u] = in && r < rows ? load16(a + static_cast<int64_t>(r) * p.k + kk)
-                                        : make_uint4(0, 0, 0, 0);
-            }
-          }
-#pragma unroll
-          for (int u = 0; u < kGemvColUnroll; ++u) {
-            float w0[8];
-            float w1[8];
-            bf16x8_to_float(v0[u], w0);
-            bf16x8_to_float(v1[u], w1);
-#pragma unroll
-            for (int r = 0; r < kGemvRows; ++r) {
-              float x[8];
-              bf16x8_to_float(xa[r][u], x);
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                acc0[r] = fmaf(x[e], w0[e], acc0[r]);
-                acc1[r] = fmaf(x[e], w1[e], acc1[r]);
-              }
-            }
-          }
+        const int k_first = k_begin + lane * 8;
+        if (m == 1) {
+          gemv_colb_pass<1, kGemvColOneRowUnroll>(b0, b1, a, p.k, 1, k_first, k_end, acc0,
+                                                  acc1);
+        } else {
+          gemv_colb_pass<kGemvRows, kGemvColUnroll>(b0, b1, a, p.k, rows, k_first, k_end, acc0,
+                                                    acc1);
         }
       }
 #pragma unroll
@@ -332,36 +407,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
         }
       }
       if (live) {
-        for (int k0 = k_begin; k0 < k_end; k0 += kGemvRowUnroll) {
-          // k_slice and K are multiples of 8 = kGemvRowUnroll: the 8 k rows are all in.
-          uint4 wv[kGemvRowUnroll];
-          uint4 xa[kGemvRows];
-#pragma unroll
-          for (int u = 0; u < kGemvRowUnroll; ++u) {
-            wv[u] = load16(b + static_cast<int64_t>(k0 + u) * p.n);
-          }
-#pragma unroll
-          for (int r = 0; r < kGemvRows; ++r) {
-            xa[r] = r < rows ? load16(a + static_cast<int64_t>(r) * p.k + k0)
-                             : make_uint4(0, 0, 0, 0);
-          }
-          float x[kGemvRows][8];
-#pragma unroll
-          for (int r = 0; r < kGemvRows; ++r) {
-            bf16x8_to_float(xa[r], x[r]);
-          }
-#pragma unroll
-          for (int u = 0; u < kGemvRowUnroll; ++u) {
-            float w[8];
-            bf16x8_to_float(wv[u], w);
-#pragma unroll
-            for (int r = 0; r < kGemvRows; ++r) {
-#pragma unroll
-              for (int c = 0; c < 8; ++c) {
-                acc[r][c] = fmaf(x[r][u], w[c], acc[r][c]);
-              }
-            }
-          }
+        int k0 = k_begin;
+        if (m == 1) {
+          gemv_rowb_steps<1, kGemvRowOneRowUnroll>(b, p.n, a, p.k, 1, k0, k_end, acc);
+          gemv_rowb_steps<1, kGemvRowUnroll>(b, p.n, a, p.k, 1, k0, k_end, acc);
+        } else {
+          gemv_rowb_steps<kGemvRows, kGemvRowUnroll>(b, p.n, a, p.k, rows, k0, k_end, acc);
         }
       }
 #pragma unroll

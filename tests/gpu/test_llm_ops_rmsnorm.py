@@ -29,10 +29,13 @@ SHAPES = [
     (2, 12345),
     (1, 16383),
     (3, 16384),
-    # Decode batches: the one-launch cluster backward (1 row: dw stored directly; up to 8 rows
-    # a row a CTA; 9-16 rows two rows a CTA), and odd hidden sizes beside them.
+    # Decode batches: the one-launch cluster backwards. Row-split at 1 row (dw stored
+    # directly) and where a row does not split into whole warps (9 x 2056); column-split in
+    # clusters of 16 (16 x 4096, 13 x 8192, 2 x 3 x 4096) or of 8 (16 x 2048: a 16th of the
+    # row is half a warp); odd hidden sizes beside them.
     (1, 4096),
     (16, 4096),
+    (16, 2048),
     (9, 2056),
     (13, 8192),
     (16, 4097),

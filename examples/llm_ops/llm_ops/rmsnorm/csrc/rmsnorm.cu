@@ -8,9 +8,11 @@
 //   registers are capped so that four CTAs fit an SM at hidden 8192 (choose_forward), and w
 //   is loaded after the reduction; a grid that fits the SMs (small batches) is not capped
 //   and loads w with x (forward_rows), one 16-byte vector a thread (small_batch_plan);
-// - the backward of at most kClusterMaxRows rows (decode) takes the cluster kernel: one
-//   launch, a CTA per row or two, dw summed across the CTAs through distributed shared
-//   memory (no workspace, no reduce kernel);
+// - the backward of at most kClusterMaxRows rows (decode) takes a cluster kernel, one
+//   launch, dw summed across the CTAs through distributed shared memory (no workspace, no
+//   reduce kernel): from 2 rows the column-split one (each CTA a slice of every row's
+//   columns; only the rows' partial dots cross the cluster) where the row splits into whole
+//   warps, else the row-split one (a CTA per row or two);
 // - other backwards take the staged kernel: a persistent grid (as many CTAs as fit on the
 //   device) walks the rows with a grid stride; each CTA copies its next row into shared
 //   memory with cp.async while it reduces and writes the current one. (The staged forward is
@@ -504,6 +506,80 @@ void backward_cluster(const BackwardArgs& a, cudaStream_t stream) {
                  hidden, cluster);
 }
 
+// Whether the device runs the column-split kernel in clusters of kColMaxCluster CTAs of
+// kMaxThreads threads (a non-portable size: allowed on sm_90, not in every partition of a
+// GPU), asked once per process.
+template <typename T, bool DRESIDUAL>
+bool nonportable_cluster_fits() {
+  static_assert(kColMaxCluster > kClusterMax, "kColMaxCluster is the one non-portable size");
+  static const bool fits = [] {
+    constexpr int c = kColMaxCluster;
+    const auto fn = backward_colsplit_kernel<T, DRESIDUAL>;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(c);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(c));
+    config.blockDim = dim3(kMaxThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(kMaxThreads) * 8 * sizeof(float);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return clusters >= 1;
+  }();
+  return fits;
+}
+
+// The cluster size the column-split backward takes for `a` (a batch the cluster kernel
+// takes, of kColMinRows to kColMaxRows rows), or 0: the row-split cluster kernel then.
+// Sizes in the order of preference (kColClusters), each where a row's slice is a whole
+// number of warps and the CTA's rows x slice vectors fit kMaxThreads; 16 only where the
+// device runs it.
+template <typename T, bool DRESIDUAL>
+int colsplit_cluster(const BackwardArgs& a) {
+  if (a.rows < kColMinRows || a.rows > kColMaxRows) {
+    return 0;
+  }
+  const int64_t nvec = a.hidden / kVec16<T>;
+  for (const int c : kColClusters) {
+    if (nvec % (static_cast<int64_t>(c) * 32) != 0 || a.rows * (nvec / c) > kMaxThreads) {
+      continue;
+    }
+    if (c > kClusterMax && !nonportable_cluster_fits<T, DRESIDUAL>()) {
+      continue;
+    }
+    return c;
+  }
+  return 0;
+}
+
+template <typename T, bool DRESIDUAL>
+void backward_colsplit(const BackwardArgs& a, int cluster, cudaStream_t stream) {
+  const int hidden = static_cast<int>(a.hidden);
+  const int rows = static_cast<int>(a.rows);
+  const int slice = hidden / kVec16<T> / cluster;  // vectors of a row a CTA owns
+  // dy * xhat of the CTA's slice of every row in fp32: at most kMaxThreads vectors of 8
+  // elements (bf16, fp16), 32 KB, under the default limit of 48 KB.
+  const size_t smem = static_cast<size_t>(rows) * slice * kVec16<T> * sizeof(float);
+  launch_cluster(backward_colsplit_kernel<T, DRESIDUAL>, static_cast<unsigned>(cluster),
+                 dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(rows * slice)),
+                 smem, stream, static_cast<T*>(a.dx), static_cast<T*>(a.dw),
+                 static_cast<const T*>(a.dy), static_cast<const T*>(a.x),
+                 static_cast<const T*>(a.w), a.rstd, static_cast<const T*>(a.dresidual), rows,
+                 hidden, cluster);
+}
+
 template <typename T>
 int backward_partials_typed(const BackwardArgs& a) {
   if (uses_cluster_backward<T>(a)) {
@@ -520,9 +596,11 @@ void backward_typed(const BackwardArgs& a, float* workspace, int partials,
                     cudaStream_t stream) {
   if (uses_cluster_backward<T>(a)) {
     if (a.dresidual != nullptr) {
-      backward_cluster<T, true>(a, stream);
+      const int c = colsplit_cluster<T, true>(a);
+      c != 0 ? backward_colsplit<T, true>(a, c, stream) : backward_cluster<T, true>(a, stream);
     } else {
-      backward_cluster<T, false>(a, stream);
+      const int c = colsplit_cluster<T, false>(a);
+      c != 0 ? backward_colsplit<T, false>(a, c, stream) : backward_cluster<T, false>(a, stream);
     }
     return;
   }

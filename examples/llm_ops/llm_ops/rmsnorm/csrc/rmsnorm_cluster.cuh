@@ -1,4 +1,4 @@
-// The cluster kernel of RMSNorm: the 16-byte backward of a few rows (decode) in one
+// The cluster kernels of RMSNorm: the 16-byte backward of a few rows (decode) in one
 // launch, dw summed through distributed shared memory.
 // Part of rmsnorm.cu (see its opening comment); include from that translation unit only.
 #pragma once
@@ -210,5 +210,120 @@ __global__ void __launch_bounds__(kMaxThreads)
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+// ---- Column-split cluster kernel: the 16-byte backward of a few rows, by columns ---------
+//
+// The same batches in the other direction: CTA b of a cluster of C owns columns
+// [b * hidden / C, (b + 1) * hidden / C) of every row, a thread one 16-byte vector of one
+// row. dw's slice is then the CTA's own (dy * xhat summed over the rows in order, through
+// shared memory), and only each row's partial dot crosses the cluster: every CTA pushes its
+// `rows` partials into every CTA's shared memory before one cluster barrier (release /
+// acquire), and each sums the C partials in rank order (deterministic, no remote reads, so
+// no second barrier). dw is stored between the barrier's arrival and its wait.
+// Taken when colsplit_cluster (rmsnorm.cu) names a cluster size: the slice a whole number
+// of warps a row, rows x slice at most kMaxThreads.
+constexpr int kColMaxCluster = 16;
+constexpr int kColMaxRows = 16;
+// Batches of fewer rows keep the row-split kernel; the cluster sizes, in preference order.
+// Measured on an H100 (bf16, a CUDA graph of dependent launches, L2 rotated; docs/llm_ops.md),
+// microseconds a call, row-split / column-split in clusters of 8 / of 16:
+//   1 x 4096: 2.03 / 2.36 / 2.32    2 x 4096: 3.14 / 2.47 / 2.48    4 x 4096: 3.30 / 2.60 / 2.61
+//   8 x 4096: 3.51 / 3.08 / 2.86    16 x 4096: 3.96 / 4.01 / 3.34   16 x 2048: 3.24 / 3.11 / -
+//   8 x 8192: 4.96 / 3.96 / 3.25    16 x 8192: 5.75 / - / 4.29
+constexpr int kColMinRows = 2;
+constexpr int kColClusters[] = {kColMaxCluster, 8};
+static_assert(kColMaxCluster <= 16, "16 CTAs is the largest cluster sm_90 runs");
+
+template <typename T, bool DRESIDUAL>
+__global__ void __launch_bounds__(kMaxThreads)
+    backward_colsplit_kernel(T* __restrict__ dx, T* __restrict__ dw, const T* __restrict__ dy,
+                             const T* __restrict__ x, const T* __restrict__ w,
+                             const float* __restrict__ rstd, const T* __restrict__ dresidual,
+                             int rows, int hidden, int cluster) {
+  grid_dependency_sync();
+  constexpr int VEC = kVec16<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ float4 gx[];  // [rows][vpc * VEC / 4] float4 of dy * xhat
+  __shared__ float part[kColMaxCluster][kColMaxRows];  // partial dots, by source rank
+  __shared__ float warp_part[32];
+  const int nvec = hidden / VEC;
+  const int vpc = nvec / cluster;  // vectors of a row a CTA owns (a multiple of 32)
+  const int rank = static_cast<int>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int r = tid / vpc;
+  const int jl = tid - r * vpc;
+  const int j = rank * vpc + jl;
+  const int64_t offset = static_cast<int64_t>(r) * hidden;
+  const V wv = reinterpret_cast<const V*>(w)[j];
+  const V xv = load_once<1>(reinterpret_cast<const V*>(x + offset) + j);
+  const V dyv = load_once<1>(reinterpret_cast<const V*>(dy + offset) + j);
+  V drv;
+  if constexpr (DRESIDUAL) {
+    drv = load_once<1>(reinterpret_cast<const V*>(dresidual + offset) + j);
+  }
+  const float rs = rstd[r];
+  float dot = 0.f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    dot += to_float(dyv.v[e]) * to_float(wv.v[e]) * to_float(xv.v[e]);
+  }
+  dot = warp_sum(dot);
+  if ((tid & 31) == 0) {
+    warp_part[tid >> 5] = dot;
+  }
+  __syncthreads();
+  const cooperative_groups::cluster_group cta_cluster = cooperative_groups::this_cluster();
+  const int wpr = vpc >> 5;  // warps a row
+  if (tid < cluster * rows) {
+    const int dest = tid / rows;
+    const int rr = tid - dest * rows;
+    float p = 0.f;
+    for (int k = 0; k < wpr; ++k) {
+      p += warp_part[rr * wpr + k];
+    }
+    *cta_cluster.map_shared_rank(&part[rank][rr], dest) = p;
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  // dw's slice: dy * xhat of every row, summed over the rows in order.
+  const int quads_row = vpc * VEC / 4;
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q) {
+    float4 v;
+    v.x = to_float(dyv.v[4 * q]) * to_float(xv.v[4 * q]) * rs;
+    v.y = to_float(dyv.v[4 * q + 1]) * to_float(xv.v[4 * q + 1]) * rs;
+    v.z = to_float(dyv.v[4 * q + 2]) * to_float(xv.v[4 * q + 2]) * rs;
+    v.w = to_float(dyv.v[4 * q + 3]) * to_float(xv.v[4 * q + 3]) * rs;
+    gx[r * quads_row + jl * (VEC / 4) + q] = v;
+  }
+  __syncthreads();
+  using V4 = Vec<T, 4>;
+  for (int q = tid; q < quads_row; q += static_cast<int>(blockDim.x)) {
+    float4 s = gx[q];
+    for (int rr = 1; rr < rows; ++rr) {
+      const float4 v = gx[rr * quads_row + q];
+      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+    V4 o;
+    o.v[0] = from_float<T>(s.x); o.v[1] = from_float<T>(s.y);
+    o.v[2] = from_float<T>(s.z); o.v[3] = from_float<T>(s.w);
+    reinterpret_cast<V4*>(dw)[rank * quads_row + q] = o;
+  }
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  float sum = 0.f;
+  for (int b = 0; b < cluster; ++b) {
+    sum += part[b][r];
+  }
+  const float c = sum * rs / static_cast<float>(hidden);
+  V out;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const float xhat = to_float(xv.v[e]) * rs;
+    float d = rs * to_float(dyv.v[e]) * to_float(wv.v[e]) - xhat * c * rs;
+    if constexpr (DRESIDUAL) {
+      d += to_float(drv.v[e]);
+    }
+    out.v[e] = from_float<T>(d);
+  }
+  reinterpret_cast<V*>(dx + offset)[j] = out;
+}
 }  // namespace
 }  // namespace llm_ops::rmsnorm

@@ -233,13 +233,16 @@ constexpr int kColMinRows = 2;
 constexpr int kColClusters[] = {kColMaxCluster, 8};
 static_assert(kColMaxCluster <= 16, "16 CTAs is the largest cluster sm_90 runs");
 
+// Grid = one cluster of `cluster` CTAs; CTA b the b-th slice of every row (hidden / VEC /
+// cluster vectors, a multiple of 32); thread t vector t % slice of row t / slice
+// (blockDim.x = rows x slice).
 template <typename T, bool DRESIDUAL>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_colsplit_kernel(T* __restrict__ dx, T* __restrict__ dw, const T* __restrict__ dy,
                              const T* __restrict__ x, const T* __restrict__ w,
                              const float* __restrict__ rstd, const T* __restrict__ dresidual,
                              int rows, int hidden, int cluster) {
-  grid_dependency_sync();
+  grid_dependency_sync();  // before any global memory access (launch.cuh)
   constexpr int VEC = kVec16<T>;
   using V = Vec<T, VEC>;
   extern __shared__ float4 gx[];  // [rows][vpc * VEC / 4] float4 of dy * xhat

@@ -204,8 +204,7 @@ def bench_clean_l2(fn: Fn, warmup: int = 25, reps: int = 150) -> float:
     """Median milliseconds of `fn` over `reps` calls, each after a read of FLUSH_BYTES (a
     reduction: L2 left holding unmodified lines of that buffer), timed by CUDA events around
     the call alone."""
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    flush.fill_(1)
+    flush = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

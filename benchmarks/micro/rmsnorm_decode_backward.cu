@@ -62,7 +62,7 @@ int main() {
     for (int v : variants) {
       if (v != 0 && (hidden / 8) % (v * 32) != 0) continue;
       if (v != 0 && rows * (hidden / 8 / v) > 1024) continue;
-      if (v != 0 && rows > kColMaxRows) continue;
+      if (v != 0 && rows > kClusterMaxRows) continue;
       cudaGetLastError();
       launch_variant(v, bs[0], rows, hidden, st);
       cudaError_t err = cudaStreamSynchronize(st);

@@ -489,26 +489,17 @@ bool uses_cluster_backward(const BackwardArgs& a) {
          can_vectorise<T>(a.hidden, {a.dx, a.dw, a.dy, a.x, a.w, a.dresidual});
 }
 
-template <typename T, bool DRESIDUAL>
-void backward_cluster(const BackwardArgs& a, cudaStream_t stream) {
-  const int hidden = static_cast<int>(a.hidden);
-  const int rows = static_cast<int>(a.rows);
-  const int cluster = static_cast<int>(std::min<int64_t>(a.rows, kClusterMax));
-  const int threads = threads_for<kVec16<T>, 1>(a.hidden);
-  // The CTAs' dw shares (hidden fp32: at most 32 KB, under the default 48 KB limit).
-  const size_t smem = cluster > 1 ? static_cast<size_t>(hidden) * sizeof(float) : 0;
-  // One CTA: a plain launch (launch_cluster adds no cluster attribute for a cluster of 1).
-  launch_cluster(backward_cluster_kernel<T, DRESIDUAL>, static_cast<unsigned>(cluster),
-                 dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(threads)),
-                 smem, stream, static_cast<T*>(a.dx), static_cast<T*>(a.dw),
-                 static_cast<const T*>(a.dy), static_cast<const T*>(a.x),
-                 static_cast<const T*>(a.w), a.rstd, static_cast<const T*>(a.dresidual), rows,
-                 hidden, cluster);
-}
-
 // Whether the device runs the column-split kernel in clusters of kColMaxCluster CTAs of
 // kMaxThreads threads (a non-portable size: allowed on sm_90, not in every partition of a
 // GPU), asked once per process.
+// The column-split kernel's dynamic shared memory: dy * xhat of the CTA's slice of every
+// row in fp32, at most kMaxThreads vectors (32 KB for bf16 and fp16: under the default
+// limit of 48 KB).
+template <typename T>
+size_t colsplit_smem(int rows, int slice) {
+  return static_cast<size_t>(rows) * slice * kVec16<T> * sizeof(float);
+}
+
 template <typename T, bool DRESIDUAL>
 bool nonportable_cluster_fits() {
   static_assert(kColMaxCluster > kClusterMax, "kColMaxCluster is the one non-portable size");
@@ -520,6 +511,8 @@ bool nonportable_cluster_fits() {
       cudaGetLastError();
       return false;
     }
+    // The cluster attribute alone (LaunchConfig would add the launch's PDL attribute, which
+    // the occupancy query does not need).
     cudaLaunchConfig_t config = {};
     cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeClusterDimension;
@@ -528,7 +521,7 @@ bool nonportable_cluster_fits() {
     attr.val.clusterDim.z = 1;
     config.gridDim = dim3(static_cast<unsigned>(c));
     config.blockDim = dim3(kMaxThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(kMaxThreads) * 8 * sizeof(float);
+    config.dynamicSmemBytes = colsplit_smem<T>(1, kMaxThreads);
     config.attrs = &attr;
     config.numAttrs = 1;
     int clusters = 0;
@@ -541,14 +534,14 @@ bool nonportable_cluster_fits() {
   return fits;
 }
 
-// The cluster size the column-split backward takes for `a` (a batch the cluster kernel
-// takes, of kColMinRows to kColMaxRows rows), or 0: the row-split cluster kernel then.
+// The cluster size the column-split backward takes for `a` (a batch uses_cluster_backward
+// takes, of at least kColMinRows rows), or 0: the row-split cluster kernel then.
 // Sizes in the order of preference (kColClusters), each where a row's slice is a whole
 // number of warps and the CTA's rows x slice vectors fit kMaxThreads; 16 only where the
 // device runs it.
 template <typename T, bool DRESIDUAL>
 int colsplit_cluster(const BackwardArgs& a) {
-  if (a.rows < kColMinRows || a.rows > kColMaxRows) {
+  if (a.rows < kColMinRows || a.rows > kClusterMaxRows) {
     return 0;
   }
   const int64_t nvec = a.hidden / kVec16<T>;
@@ -569,11 +562,32 @@ void backward_colsplit(const BackwardArgs& a, int cluster, cudaStream_t stream) 
   const int hidden = static_cast<int>(a.hidden);
   const int rows = static_cast<int>(a.rows);
   const int slice = hidden / kVec16<T> / cluster;  // vectors of a row a CTA owns
-  // dy * xhat of the CTA's slice of every row in fp32: at most kMaxThreads vectors of 8
-  // elements (bf16, fp16), 32 KB, under the default limit of 48 KB.
-  const size_t smem = static_cast<size_t>(rows) * slice * kVec16<T> * sizeof(float);
+  const size_t smem = colsplit_smem<T>(rows, slice);
   launch_cluster(backward_colsplit_kernel<T, DRESIDUAL>, static_cast<unsigned>(cluster),
                  dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(rows * slice)),
+                 smem, stream, static_cast<T*>(a.dx), static_cast<T*>(a.dw),
+                 static_cast<const T*>(a.dy), static_cast<const T*>(a.x),
+                 static_cast<const T*>(a.w), a.rstd, static_cast<const T*>(a.dresidual), rows,
+                 hidden, cluster);
+}
+
+// The backward of a batch uses_cluster_backward takes: the column-split kernel where
+// colsplit_cluster names a size, else the row-split one.
+template <typename T, bool DRESIDUAL>
+void backward_cluster(const BackwardArgs& a, cudaStream_t stream) {
+  if (const int c = colsplit_cluster<T, DRESIDUAL>(a); c != 0) {
+    backward_colsplit<T, DRESIDUAL>(a, c, stream);
+    return;
+  }
+  const int hidden = static_cast<int>(a.hidden);
+  const int rows = static_cast<int>(a.rows);
+  const int cluster = static_cast<int>(std::min<int64_t>(a.rows, kClusterMax));
+  const int threads = threads_for<kVec16<T>, 1>(a.hidden);
+  // The CTAs' dw shares (hidden fp32: at most 32 KB, under the default 48 KB limit).
+  const size_t smem = cluster > 1 ? static_cast<size_t>(hidden) * sizeof(float) : 0;
+  // One CTA: a plain launch (launch_cluster adds no cluster attribute for a cluster of 1).
+  launch_cluster(backward_cluster_kernel<T, DRESIDUAL>, static_cast<unsigned>(cluster),
+                 dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(threads)),
                  smem, stream, static_cast<T*>(a.dx), static_cast<T*>(a.dw),
                  static_cast<const T*>(a.dy), static_cast<const T*>(a.x),
                  static_cast<const T*>(a.w), a.rstd, static_cast<const T*>(a.dresidual), rows,
@@ -596,11 +610,9 @@ void backward_typed(const BackwardArgs& a, float* workspace, int partials,
                     cudaStream_t stream) {
   if (uses_cluster_backward<T>(a)) {
     if (a.dresidual != nullptr) {
-      const int c = colsplit_cluster<T, true>(a);
-      c != 0 ? backward_colsplit<T, true>(a, c, stream) : backward_cluster<T, true>(a, stream);
+      backward_cluster<T, true>(a, stream);
     } else {
-      const int c = colsplit_cluster<T, false>(a);
-      c != 0 ? backward_colsplit<T, false>(a, c, stream) : backward_cluster<T, false>(a, stream);
+      backward_cluster<T, false>(a, stream);
     }
     return;
   }

@@ -222,7 +222,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Taken when colsplit_cluster (rmsnorm.cu) names a cluster size: the slice a whole number
 // of warps a row, rows x slice at most kMaxThreads.
 constexpr int kColMaxCluster = 16;
-constexpr int kColMaxRows = 16;
 // Batches of fewer rows keep the row-split kernel; the cluster sizes, in preference order.
 // Measured on an H100 (bf16, a CUDA graph of dependent launches, L2 rotated; docs/llm_ops.md),
 // microseconds a call, row-split / column-split in clusters of 8 / of 16:
@@ -246,7 +245,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   constexpr int VEC = kVec16<T>;
   using V = Vec<T, VEC>;
   extern __shared__ float4 gx[];  // [rows][vpc * VEC / 4] float4 of dy * xhat
-  __shared__ float part[kColMaxCluster][kColMaxRows];  // partial dots, by source rank
+  __shared__ float part[kColMaxCluster][kClusterMaxRows];  // partial dots, by source rank
   __shared__ float warp_part[32];
   const int nvec = hidden / VEC;
   const int vpc = nvec / cluster;  // vectors of a row a CTA owns (a multiple of 32)

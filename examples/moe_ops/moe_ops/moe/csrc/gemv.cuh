@@ -50,8 +50,6 @@ constexpr int kGemvMaxActive = 1024;
 // K-major: steps of 256 k (32 lanes x 8) a warp has in flight, two columns each.
 constexpr int kGemvColUnroll = 4;
 constexpr int kGemvColStep = 32 * 8;
-// The one-row pass of a K-major warp (see gemv_colb_pass): as many steps in flight.
-constexpr int kGemvColOneRowUnroll = kGemvColUnroll;
 // Row-major: lanes a k row, columns a lane group, lane groups a CTA, k rows in flight.
 constexpr int kGemvRowLanes = 8;
 constexpr int kGemvRowCols = 8 * kGemvRowLanes;
@@ -327,8 +325,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
       if (live) {
         const int k_first = k_begin + lane * 8;
         if (m == 1) {
-          gemv_colb_pass<1, kGemvColOneRowUnroll>(b0, b1, a, p.k, 1, k_first, k_end, acc0,
-                                                  acc1);
+          gemv_colb_pass<1, kGemvColUnroll>(b0, b1, a, p.k, 1, k_first, k_end, acc0, acc1);
         } else {
           gemv_colb_pass<kGemvRows, kGemvColUnroll>(b0, b1, a, p.k, rows, k_first, k_end, acc0,
                                                     acc1);

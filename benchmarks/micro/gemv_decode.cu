@@ -1,7 +1,9 @@
 // launch_gemv (moe_ops' weight-streaming grouped GEMM) on decode shapes, one row an active expert
 // unless named: each call after a 512 MB memset (L2 full of modified lines: "us") and after a
-// 512 MB read (L2 clean: "clean"); medians of 35 CUDA-event times. Usage: gemv_decode LABEL
+// 512 MB read (L2 clean: "clean"); medians of 35 CUDA-event times, and the output's relative
+// error against a naive fp32 kernel ("err"). Usage: gemv_decode LABEL
 #include "gemv.cuh"
+#include <cmath>
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -13,6 +15,27 @@ __global__ void read_flush(const uint4* p, size_t n, unsigned* sink) {
     uint4 v = __ldcg(p + i); acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
   }
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u) *sink = 1;
+}
+// Values in [-1, 1) from a hash of the index.
+__global__ void fill_hash(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed; h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    p[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+// out[r][c] = sum_k a[r][k] * B[r / rows][k][c] in fp32 (row-major; K-major: B[g][c][k]).
+__global__ void reference(const __nv_bfloat16* a, const __nv_bfloat16* b, float* out, int m, int n,
+                          int k, int rows, bool kmajor) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= m * n) return;
+  const int r = idx / n, c = idx % n;
+  const __nv_bfloat16* bg = b + (size_t)(r / rows) * k * n;
+  float acc = 0.f;
+  for (int kk = 0; kk < k; ++kk) {
+    const float w = __bfloat162float(kmajor ? bg[(size_t)c * k + kk] : bg[(size_t)kk * n + c]);
+    acc += __bfloat162float(a[(size_t)r * k + kk]) * w;
+  }
+  out[idx] = acc;
 }
 struct Shape { const char* name; int groups, active, rows, k, n; bool kmajor; };
 int main(int argc, char** argv) {
@@ -39,7 +62,7 @@ int main(int argc, char** argv) {
     void *a, *b, *d; int32_t* off;
     cudaMalloc(&a, m * s.k * 2); cudaMalloc(&b, bbytes); cudaMalloc(&d, m * s.n * 2);
     cudaMalloc(&off, s.groups * 4);
-    cudaMemset(a, 0x3c, m * s.k * 2); cudaMemset(b, 0x3c, bbytes);
+    fill_hash<<<1024, 256, 0, st>>>((__nv_bfloat16*)a, m * s.k, 1u); fill_hash<<<4096, 256, 0, st>>>((__nv_bfloat16*)b, bbytes / 2, 2u);
     std::vector<int32_t> h(s.groups);
     for (int g = 0; g < s.groups; ++g) h[g] = (int32_t)(std::min(g + 1, s.active) * s.rows);
     cudaMemcpy(off, h.data(), s.groups * 4, cudaMemcpyHostToDevice);
@@ -48,6 +71,11 @@ int main(int argc, char** argv) {
     args.groups = s.groups; args.m_total = m; args.n = s.n; args.k = s.k;
     args.b_group_stride = (int64_t)s.k * s.n; args.b_k_major = s.kmajor; args.silu_mul = false;
     args.config = 4;
+    float* ref; cudaMalloc(&ref, m * s.n * 4);
+    reference<<<(int)((m * s.n + 255) / 256), 256, 0, st>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, ref, (int)m, s.n, s.k, s.rows, s.kmajor);
+    std::vector<float> href(m * s.n); cudaMemcpy(href.data(), ref, m * s.n * 4, cudaMemcpyDeviceToHost);
+    const int slots = sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false>() : gemm::gemv_ctas_per_sm<false, false>());
+    const gemm::GemvPlan pl = gemm::gemv_plan(s.kmajor, s.active, s.n, s.k, slots);
     std::vector<float> t, tc;
     for (int it = 0; it < 80; ++it) {
       const bool clean = it >= 40;
@@ -61,14 +89,17 @@ int main(int argc, char** argv) {
       cudaEventSynchronize(e1);
       float ms; cudaEventElapsedTime(&ms, e0, e1); if (it % 40 >= 5) (clean ? tc : t).push_back(ms);
     }
+    if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) { printf("kernel error %s\n", cudaGetErrorString(err)); return 1; }
+    std::vector<__nv_bfloat16> hd(m * s.n); cudaMemcpy(hd.data(), d, m * s.n * 2, cudaMemcpyDeviceToHost);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < hd.size(); ++i) { const double e = __bfloat162float(hd[i]) - href[i]; num += e * e; den += (double)href[i] * href[i]; }
     std::sort(t.begin(), t.end()); std::sort(tc.begin(), tc.end());
     const float med = t[t.size() / 2]; const float medc = tc[tc.size() / 2];
     const double bytes = bbytes + m * s.k * 2.0 + m * s.n * 2.0;
-    gemm::GemvPlan pl = gemm::gemv_plan(s.kmajor, s.active, s.n, s.k,
-        sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false>() : gemm::gemv_ctas_per_sm<false, false>()));
-    printf("%-8s %-22s %-8s us %7.2f clean %7.2f  TB/s %5.2f clean %5.2f  splits %2d cols %4d grid %4d\n", variant, s.name,
-           s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3, bytes / (med * 1e-3) / 1e12, bytes / (medc * 1e-3) / 1e12, pl.k_splits, pl.block_cols, pl.grid);
-    cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(off);
+    printf("%-8s %-22s %-8s us %7.2f clean %7.2f  TB/s %5.2f clean %5.2f  splits %2d cols %4d grid %4d  err %.1e\n", variant, s.name,
+           s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3, bytes / (med * 1e-3) / 1e12, bytes / (medc * 1e-3) / 1e12, pl.k_splits, pl.block_cols, pl.grid, std::sqrt(num / den));
+    cudaMemset(d, 0, m * s.n * 2);
+    cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(off); cudaFree(ref);
   }
   return 0;
 }

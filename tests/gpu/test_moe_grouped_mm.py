@@ -20,9 +20,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.kernel("moe_ops.moe")]
 BF16 = torch.bfloat16
 
 # (rows per group, K, N): empty groups, one row, uneven splits, rows past the last offset
-# are not part of any group (torch semantics), sizes around the 64/128/256 tiles.
+# are not part of any group (torch semantics), sizes around the 64/128/256 tiles; for gemv,
+# a group of 6 rows (a 4-row pass and a 2-row one) beside one-row groups, and one row
+# through a long K over few column blocks (K split 32 ways in a CTA).
 CASES = [
     ([1], 64, 64),
+    ([3, 0, 6], 4096, 320),
     ([0, 0, 5, 0], 128, 256),
     ([3, 0, 200, 1, 77], 256, 512),
     ([64, 128, 256, 63, 129], 512, 256),
@@ -30,6 +33,7 @@ CASES = [
     ([300] * 16, 2048, 384),
     ([7, 9, 11, 13, 15, 17, 19, 21] * 8, 192, 136),
     ([4096, 2048], 128, 4096),
+    ([1], 8192, 640),
 ]
 CONFIGS = ["auto", "cooperative", "pingpong", "small", "gemv"]
 
@@ -133,7 +137,7 @@ def test_rows_past_the_last_offset_are_untouched(moe: ModuleType) -> None:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("transposed", [False, True], ids=["w_row_major", "w_transposed"])
-@pytest.mark.parametrize("case", CASES[:6], ids=lambda c: f"{len(c[0])}g-k{c[1]}-n{c[2]}")
+@pytest.mark.parametrize("case", CASES[:7], ids=lambda c: f"{len(c[0])}g-k{c[1]}-n{c[2]}")
 def test_silu_mul_epilogue_matches_float32(
     moe: ModuleType, case: tuple[list[int], int, int], transposed: bool, config: str
 ) -> None:

@@ -101,12 +101,13 @@ def test_every_config_equals_torch_at_decode_sizes(moe: ModuleType, transposed: 
 def test_auto_takes_the_streaming_kernel_only_where_its_rule_says(
     moe: ModuleType, transposed: bool
 ) -> None:
-    # moe.h's rule, worked out for 132 SMs. One token, top-8 of 128 experts, Qwen3-30B's
-    # gate/up (N 1536: 48 cooperative tiles; row-major, 8 x 24 = 192 tasks of 64 columns):
-    # gemv in both layouts. One token, top-2 of Mixtral's experts, its down GEMM (K 14336,
-    # N 4096: row-major, 2 x 64 = 128 tasks, fewer than the SMs; K-major, 512 CTAs, a last
-    # wave of 116 of 396): the small tile in both. gemv's sums run in another order than the
-    # tiles', so its output tells which kernel ran.
+    # moe.h's rule, worked out for 132 SMs: gemv at most a row an expert over at most 384
+    # cooperative (128x256) tiles. One token, top-8 of 128 experts, Qwen3-30B's gate/up (N
+    # 1536: 48 tiles), and one token, top-2 of Mixtral's experts, its down GEMM (K 14336, N
+    # 4096: 32 tiles): gemv. Three rows over Mixtral's two experts: the small tile (more than
+    # a row an expert, 32 tiles under half the SMs). A row for each of 128 experts at N 1024:
+    # 512 tiles, the cooperative tile. gemv's sums run in another order than the tiles', so
+    # the output tells which kernel ran.
     if not hasattr(torch, "_grouped_mm"):
         pytest.skip("this torch has no torch._grouped_mm")
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
@@ -114,7 +115,12 @@ def test_auto_takes_the_streaming_kernel_only_where_its_rule_says(
     qwen3 = [0] * 128
     for e in [2, 9, 17, 40, 41, 77, 100, 127]:
         qwen3[e] = 1
-    cases = [(qwen3, 2048, 1536, "gemv"), ([1, 1], 14336, 4096, "small")]
+    cases = [
+        (qwen3, 2048, 1536, "gemv"),
+        ([1, 1], 14336, 4096, "gemv"),
+        ([2, 1], 14336, 4096, "small"),
+        ([1] * 128, 256, 1024, "cooperative"),
+    ]
     for counts, k, n, expected in cases:
         x = _x(sum(counts), k)
         w = weights(len(counts), k, n, transposed=transposed, scale=k**-0.5)

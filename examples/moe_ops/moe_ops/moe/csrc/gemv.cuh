@@ -53,7 +53,6 @@ constexpr int kGemvColStep = 32 * 8;
 // Row-major: lanes a k row, columns a lane group, lane groups a CTA, k rows in flight.
 constexpr int kGemvRowLanes = 8;
 constexpr int kGemvRowCols = 8 * kGemvRowLanes;
-static_assert(kGemvRowCols == moe_ops::kGemvRowMajorColumns, "moe.h's rule assumes this width");
 constexpr int kGemvRowGroups = kGemvThreads / kGemvRowLanes;
 constexpr int kGemvRowUnroll = 8;
 static_assert(kGemvRowUnroll == 8, "a step's k rows are the 8 values of one 16-byte load of A");

@@ -25,24 +25,13 @@ enum class GemmConfig : int {
 // kSmallRowsPerGroup) and the cooperative tiles of the experts that can have rows would
 // fill less than half the SMs; else kCooperative (gemm_config_for; docs/moe_ops.md).
 constexpr int64_t kSmallRowsPerGroup = 4;
-// `kAuto` takes kPingpong at up to kPingpongRowsPerGroup rows an expert on average when the
-// cooperative tiles outnumber the SMs and fill less than kPingpongMaxWaveFillPercent of the
-// waves they need (a nearly empty last wave).
-constexpr int64_t kPingpongRowsPerGroup = 1;
-constexpr int64_t kPingpongMaxWaveFillPercent = 70;
-// `kAuto` takes kGemv at most one row an expert on average, the experts with rows filling at
-// most kGemvMaxCoopTiles cooperative tiles (beyond that the CUTLASS tile streams as fast and
-// is exact), and: with K-major weights, a grid whose last wave of CTAs is at least half full
-// (or that fits in one wave); with row-major weights, at least one of the kernel's finest
-// tasks (kGemvRowMajorColumns columns over all of K) an SM, as fewer leave SMs idle while
-// the weights stream (see gemm_config_for and docs/moe_ops.md).
+// `kAuto` takes kGemv at most kGemvRowsPerGroup rows an expert on average when the experts
+// with rows fill at most kGemvMaxCoopTiles cooperative tiles (about three waves on 132 SMs;
+// beyond that the CUTLASS tile streams the weights as fast and is exact). Measured on an H200
+// and an H100 (docs/moe_ops.md): the best bound of 0, 128, 224, 256, 384, 512, 768 and 1024
+// on both cards' decode runs.
 constexpr int64_t kGemvRowsPerGroup = 1;
-constexpr int64_t kGemvMaxCoopTiles = 64;
-// The K-major kernel's columns a CTA and CTAs resident an SM (80 registers x 256 threads).
-constexpr int64_t kGemvColumnsPerCta = 16;
-constexpr int64_t kGemvCtasPerSm = 3;
-// The row-major kernel's columns a lane group (8 lanes x 8 columns): its narrowest task.
-constexpr int64_t kGemvRowMajorColumns = 64;
+constexpr int64_t kGemvMaxCoopTiles = 384;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;

@@ -256,37 +256,18 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   // active = min(groups, m_total) experts have rows, each one 128x256 tile high.
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
   const int64_t coop_tiles = active * ((args.n + 255) / 256);
-  // The weight-streaming kernel: one row an expert or less and few tiles (the tile
-  // configurations leave most SMs idle). K-major: no near-empty last wave of its CTAs.
-  // Row-major: at least as many of its narrowest tasks as SMs (Mixtral's and Llama-4's
-  // one-token down GEMMs, 128 and 80 tasks of K 14336 and 8192, ran at 0.86x and 0.79x torch
-  // on an H100 where the tiles gave 1.07x and 1.03x; the one-token GEMMs with 180-256 tasks
-  // ran at 1.11-1.34x against 1.03-1.07x).
+  // The weight-streaming kernel: one row an expert or less and at most about three waves of
+  // cooperative tiles. There every tile holds one or two real rows of its 128, and gemv reads
+  // the weights once with every SM busy (it splits K where the column blocks are few).
   if (args.m_total <= args.groups * kGemvRowsPerGroup && coop_tiles <= kGemvMaxCoopTiles) {
-    if (args.b_k_major) {
-      const int64_t ctas = active * ((args.n + kGemvColumnsPerCta - 1) / kGemvColumnsPerCta);
-      const int64_t wave = kGemvCtasPerSm * sm_count;
-      if (ctas <= wave || ctas % wave == 0 || 2 * (ctas % wave) >= wave || ctas >= 4 * wave) {
-        return GemmConfig::kGemv;
-      }
-    } else if (active * ((args.n + kGemvRowMajorColumns - 1) / kGemvRowMajorColumns) >=
-               sm_count) {
-      return GemmConfig::kGemv;
-    }
+    return GemmConfig::kGemv;
   }
   // When the cooperative tiles would fill less than half the SMs, the small tile's four times
   // as many CTAs stream the weights faster. Otherwise the cooperative tile: the fastest or
-  // within 3% of it on every prefill layer benchmarked.
+  // within 3% of it on every prefill layer benchmarked. (The pingpong tile, once taken for a
+  // nearly empty last wave at a row an expert, is gemv's now: forced only.)
   if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
     return GemmConfig::kSmall;
-  }
-  // At most a row an expert, more cooperative tiles than SMs, and a last wave that leaves
-  // most of the second wave idle (Llama-4's 8-token down GEMM: 160 tiles on 132 SMs, 61% of
-  // two waves busy): the pingpong tile's twice as many half-width tiles spread better.
-  const int64_t waves = (coop_tiles + sm_count - 1) / sm_count;
-  if (args.m_total <= args.groups * kPingpongRowsPerGroup && coop_tiles > sm_count &&
-      100 * coop_tiles < kPingpongMaxWaveFillPercent * waves * sm_count) {
-    return GemmConfig::kPingpong;
   }
   return GemmConfig::kCooperative;
 }

@@ -91,10 +91,11 @@ MAX_EXPERTS = 1024
 MAX_TOP_K = 8
 #: Kernel configurations; the others force one, "auto" picks by a rule on what the host
 #: knows (rows, experts, N, the weight layout, SMs; routing.cu's gemm_config_for, explained in
-#: docs/moe_ops.md): "gemv" (the weight-streaming kernel) for K-major weights at about one
-#: row an expert when few tiles would run, "small" when the cooperative tiles would fill less
-#: than half the SMs, else "cooperative" (the fastest or within 3% of it on every prefill
-#: layer benchmarked). Every config but "gemv" is bit-identical to torch._grouped_mm.
+#: docs/moe_ops.md): "gemv" (the weight-streaming kernel) at most one row an expert on
+#: average where the experts with rows would fill at most 384 cooperative tiles, "small" when
+#: the cooperative tiles would fill less than half the SMs, else "cooperative" (the fastest or
+#: within 3% of it on every prefill layer benchmarked); "pingpong" only when forced. Every
+#: config but "gemv" is bit-identical to torch._grouped_mm.
 CONFIGS = {"auto": 0, "cooperative": 1, "pingpong": 2, "small": 3, "gemv": 4}
 #: Tile configurations of the FP8 ops (moe.h's Fp8Config): "auto" takes "pingpong" (64x128
 #: tile) for row-wise scales over 64 experts or more of up to 64 rows each on average, else

@@ -39,6 +39,11 @@ __global__ void reference(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
 }
 struct Shape { const char* name; int groups, active, rows, k, n; bool kmajor; };
 int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
   const char* variant = argc > 1 ? argv[1] : "?";
   Shape shapes[] = {
     {"qwen3 gate_up T1", 128, 8, 1, 2048, 1536, false}, {"qwen3 gate_up T1", 128, 8, 1, 2048, 1536, true},

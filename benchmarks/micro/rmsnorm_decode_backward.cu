@@ -29,6 +29,11 @@ static void launch_variant(int v, const Bufs& b, int rows, int hidden, cudaStrea
 }
 static float bf(T v) { return __bfloat162float(v); }
 int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
   cudaFuncSetAttribute(backward_colsplit_kernel<T, false>,
                        cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   cudaFuncSetAttribute(backward_colsplit_kernel<T, false>,

@@ -244,34 +244,6 @@ const char* combine(const void* y_sorted, const float* weights, const int32_t* r
   return last_error();
 }
 
-GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
-  if (args.config == static_cast<int>(GemmConfig::kCooperative) ||
-      args.config == static_cast<int>(GemmConfig::kPingpong) ||
-      args.config == static_cast<int>(GemmConfig::kSmall) ||
-      args.config == static_cast<int>(GemmConfig::kGemv)) {
-    return static_cast<GemmConfig>(args.config);
-  }
-  // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count, N and the weight
-  // layout are known on the host. With a few rows an expert (decode), at most
-  // active = min(groups, m_total) experts have rows, each one 128x256 tile high.
-  const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
-  const int64_t coop_tiles = active * ((args.n + 255) / 256);
-  // The weight-streaming kernel: one row an expert or less and at most about three waves of
-  // cooperative tiles. There every tile holds one or two real rows of its 128, and gemv reads
-  // the weights once with every SM busy (it splits K where the column blocks are few).
-  if (args.m_total <= args.groups * kGemvRowsPerGroup && coop_tiles <= kGemvMaxCoopTiles) {
-    return GemmConfig::kGemv;
-  }
-  // When the cooperative tiles would fill less than half the SMs, the small tile's four times
-  // as many CTAs stream the weights faster. Otherwise the cooperative tile: the fastest or
-  // within 3% of it on every prefill layer benchmarked. (The pingpong tile, once taken for a
-  // nearly empty last wave at a row an expert, is gemv's now: forced only.)
-  if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
-    return GemmConfig::kSmall;
-  }
-  return GemmConfig::kCooperative;
-}
-
 namespace {
 
 using WorkspaceFn = size_t (*)(int64_t, int);

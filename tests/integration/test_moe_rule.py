@@ -1,0 +1,139 @@
+"""moe_ops' `auto` rule (gemm_rule.cpp, plain host C++) compiled alone with the system nvcc and
+asked for its pick on every GEMM of benchmarks/moe.py: decode, prefill and the FP8 sizes, both
+weight layouts, on 132 SMs (H100 SXM, H200). Checks what docs/moe_ops.md says of the rule."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmark_modules import import_benchmark
+from toolkits import system_nvcc
+
+CSRC = Path(__file__).resolve().parents[2] / "examples/moe_ops/moe_ops/moe/csrc"
+SMS = 132
+CONFIGS = {0: "auto", 1: "cooperative", 2: "pingpong", 3: "small", 4: "gemv"}
+
+# Reads "m_total groups n k_major config sm_count" lines, prints the config each resolves to.
+DRIVER = r"""
+#include <cstdio>
+#include "moe.h"
+int main() {
+  long long m, g, n;
+  int k_major, config, sms;
+  while (std::scanf("%lld %lld %lld %d %d %d", &m, &g, &n, &k_major, &config, &sms) == 6) {
+    moe_ops::GroupedGemmArgs args{};
+    args.m_total = m;
+    args.groups = g;
+    args.n = n;
+    args.b_k_major = k_major != 0;
+    args.config = config;
+    std::printf("%d\n", static_cast<int>(moe_ops::gemm_config_for(args, sms)));
+  }
+  return 0;
+}
+"""
+
+Query = tuple[int, int, int, bool, int]  # m_total, groups, n, k_major, config
+Rule = Callable[[list[Query]], list[str]]
+
+
+@pytest.fixture(scope="module")
+def rule(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rule]:
+    nvcc = system_nvcc()
+    if nvcc is None:
+        pytest.skip("needs the system CUDA toolkit (nvcc on PATH) for moe.h's CUDA headers")
+    work = tmp_path_factory.mktemp("moe_rule")
+    (work / "driver.cpp").write_text(DRIVER)
+    binary = work / "rule"
+    subprocess.run(
+        [
+            nvcc,
+            "-std=c++17",
+            f"-I{CSRC}",
+            str(CSRC / "gemm_rule.cpp"),
+            str(work / "driver.cpp"),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+    def picks(queries: list[Query]) -> list[str]:
+        lines = "".join(f"{m} {g} {n} {int(k)} {c} {SMS}\n" for m, g, n, k, c in queries)
+        out = subprocess.run(
+            [str(binary)], input=lines, capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+        return [CONFIGS[int(v)] for v in out]
+
+    yield picks
+
+
+def gemms(layers: tuple[Any, ...]) -> Iterator[tuple[str, int, int, int, bool]]:
+    """(label, m_total, groups, n, k_major) of each layer's two GEMMs in both layouts."""
+    for layer in layers:
+        rows = layer.tokens * layer.top_k
+        for gemm, n in (("gate_up", 2 * layer.inter), ("down", layer.hidden)):
+            for k_major in (False, True):
+                label = f"{layer.label} {gemm} {'K-major' if k_major else 'row-major'}"
+                yield label, rows, layer.experts, n, k_major
+
+
+def auto_picks(rule: Rule, layers: tuple[Any, ...]) -> dict[str, str]:
+    shapes = list(gemms(layers))
+    picked = rule([(m, g, n, k, 0) for _, m, g, n, k in shapes])
+    return {label: pick for (label, *_), pick in zip(shapes, picked, strict=True)}
+
+
+def test_decode_picks_follow_the_documented_rule(rule: Rule) -> None:
+    moe = import_benchmark("moe")
+    picks = auto_picks(rule, moe.DECODE_LAYERS)
+    assert len(picks) == 60
+    # Every one-token GEMM of the five models: the weight-streaming kernel.
+    one_token = {label: p for label, p in picks.items() if " T=1 " in label}
+    assert len(one_token) == 20 and set(one_token.values()) == {"gemv"}, one_token
+    # At 64 tokens every model has more rows than experts: never gemv.
+    assert all(p != "gemv" for label, p in picks.items() if " T=64 " in label)
+    # At 8 tokens, gemv up to 384 cooperative tiles, the tile beyond (both layouts).
+    for layout in ("row-major", "K-major"):
+        assert picks[f"llama-4 T=8 down {layout}"] == "gemv"  # 160 tiles
+        assert picks[f"deepseek-v3 T=8 down {layout}"] == "cooperative"  # 1792 tiles
+        assert picks[f"gpt-oss-120b T=8 gate_up {layout}"] == "cooperative"  # 736 tiles
+        assert picks[f"llama-4 T=8 gate_up {layout}"] == "cooperative"  # 512 tiles
+    # pingpong is never picked: forced only.
+    assert "pingpong" not in picks.values()
+
+
+def test_prefill_and_fp8_sizes_take_the_cooperative_tile(rule: Rule) -> None:
+    moe = import_benchmark("moe")
+    picks = auto_picks(rule, moe.LAYERS + moe.FP8_LAYERS)
+    assert set(picks.values()) == {"cooperative"}, picks
+
+
+def test_the_bounds_of_the_streaming_kernel(rule: Rule) -> None:
+    # One row for each of 128 experts: 384 tiles at N 768 is gemv, 388 at N 776 is not. One row
+    # more than the experts is not gemv (128 tiles, not under half the SMs: cooperative). Up
+    # to 4 rows an expert over 32 tiles is small (3 and 8 rows over 2 experts); 9 is not.
+    queries: list[Query] = [
+        (128, 128, 768, False, 0),
+        (128, 128, 776, False, 0),
+        (129, 128, 256, True, 0),
+        (3, 2, 4096, False, 0),
+        (8, 2, 4096, True, 0),
+        (9, 2, 4096, True, 0),
+    ]
+    assert rule(queries) == ["gemv", "cooperative", "cooperative", "small", "small", "cooperative"]
+
+
+def test_a_forced_config_is_what_runs(rule: Rule) -> None:
+    shapes = [(1, 8, 4096, False), (4096, 8, 14336, True), (64, 256, 7168, True)]
+    for config, name in CONFIGS.items():
+        if name == "auto":
+            continue
+        picked = rule([(m, g, n, k, config) for m, g, n, k in shapes])
+        assert picked == [name] * len(shapes)

@@ -28,15 +28,16 @@ mkdir -p "$out"
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 status=0
-# name, then its include folders.
-programs=(
-  "gemv_decode $examples/moe_ops/moe_ops/moe/csrc"
-  "rmsnorm_decode_backward $examples/llm_ops/llm_ops/csrc $examples/llm_ops/llm_ops/rmsnorm/csrc"
-)
-for entry in "${programs[@]}"; do
-  read -r name includes <<<"$entry"
+# Each program's include folders (under examples/), one a line.
+includes() {
+  case $1 in
+    gemv_decode) echo moe_ops/moe_ops/moe/csrc ;;
+    rmsnorm_decode_backward) printf '%s\n' llm_ops/llm_ops/csrc llm_ops/llm_ops/rmsnorm/csrc ;;
+  esac
+}
+for name in gemv_decode rmsnorm_decode_backward; do
   flags=()
-  for dir in $includes; do flags+=("-I$dir"); done
+  while read -r dir; do flags+=("-I$examples/$dir"); done < <(includes "$name")
   log=$out/micro-$name.txt
   if "$nvcc" -std=c++17 -arch=sm_90a -O3 -DNDEBUG "${flags[@]}" "$here/$name.cu" \
       -o "$bin/$name" >"$log" 2>&1; then

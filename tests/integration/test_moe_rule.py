@@ -15,6 +15,7 @@ from toolkits import system_nvcc
 
 CSRC = Path(__file__).resolve().parents[2] / "examples/moe_ops/moe_ops/moe/csrc"
 SMS = 132
+# moe.h's GemmConfig values by the names moe_ops.moe.CONFIGS gives them.
 CONFIGS = {0: "auto", 1: "cooperative", 2: "pingpong", 3: "small", 4: "gemv"}
 
 # Reads "m_total groups n k_major config sm_count" lines, prints the config each resolves to.

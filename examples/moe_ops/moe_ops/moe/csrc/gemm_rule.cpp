@@ -11,7 +11,7 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
       args.config == static_cast<int>(GemmConfig::kGemv)) {
     return static_cast<GemmConfig>(args.config);
   }
-  // Measured on an H200 (docs/moe_ops.md). Only m_total, the group count, N and the weight
+  // Measured on an H200 and an H100 (docs/moe_ops.md). Only m_total, the group count, N and the weight
   // layout are known on the host. With a few rows an expert (decode), at most
   // active = min(groups, m_total) experts have rows, each one 128x256 tile high.
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;

@@ -4,6 +4,7 @@ weight layouts, on 132 SMs (H100 SXM, H200). Checks what docs/moe_ops.md says of
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,8 +16,21 @@ from toolkits import system_nvcc
 
 CSRC = Path(__file__).resolve().parents[2] / "examples/moe_ops/moe_ops/moe/csrc"
 SMS = 132
-# moe.h's GemmConfig values by the names moe_ops.moe.CONFIGS gives them.
-CONFIGS = {0: "auto", 1: "cooperative", 2: "pingpong", 3: "small", 4: "gemv"}
+
+
+def _config_names() -> dict[int, str]:
+    """moe.h's GemmConfig values by the names moe_ops.moe.CONFIGS gives them, read from the
+    package's source (importing it needs the built library)."""
+    tree = ast.parse((CSRC.parent / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "CONFIGS" for t in node.targets
+        ):
+            return {value: name for name, value in ast.literal_eval(node.value).items()}
+    raise AssertionError("moe_ops/moe/__init__.py has no CONFIGS")
+
+
+CONFIGS = _config_names()
 
 # Reads "m_total groups n k_major config sm_count" lines, prints the config each resolves to.
 DRIVER = r"""

@@ -90,7 +90,7 @@ MAX_EXPERTS = 1024
 #: Largest top-k of `moe_forward`.
 MAX_TOP_K = 8
 #: Kernel configurations; the others force one, "auto" picks by a rule on what the host
-#: knows (rows, experts, N, the weight layout, SMs; gemm_rule.cpp's gemm_config_for, explained in
+#: knows (rows, experts, N, SMs; gemm_rule.cpp's gemm_config_for, explained in
 #: docs/moe_ops.md): "gemv" (the weight-streaming kernel) at most one row an expert on
 #: average where the experts with rows would fill at most 384 cooperative tiles, "small" when
 #: the cooperative tiles would fill less than half the SMs, else "cooperative" (the fastest or

@@ -11,9 +11,10 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
       args.config == static_cast<int>(GemmConfig::kGemv)) {
     return static_cast<GemmConfig>(args.config);
   }
-  // Measured on an H200 and an H100 (docs/moe_ops.md). Only m_total, the group count, N and the weight
-  // layout are known on the host. With a few rows an expert (decode), at most
-  // active = min(groups, m_total) experts have rows, each one 128x256 tile high.
+  // Measured on an H200 and an H100 (docs/moe_ops.md). Of what the host knows without a sync,
+  // the rule reads m_total, the group count and N (the weight layout did not change the best
+  // pick). With a few rows an expert (decode), at most active = min(groups, m_total) experts
+  // have rows, each one 128x256 tile high.
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
   const int64_t coop_tiles = active * ((args.n + 255) / 256);
   // The weight-streaming kernel: one row an expert or less and at most about three waves of

@@ -40,8 +40,14 @@ order, the two medians averaged (``bench_all``: the clocks drift over a long run
 timed by CUDA events. Every timed implementation is first checked against
 ``torch._grouped_mm``.
 
+``--models``, ``--tokens`` and ``--configs`` narrow a run to some of its regime's layers and
+choose the tile configs forced besides ``auto`` (any the installed moe_ops has, so a build
+with a new config is timed by naming it): ``--fp8 --tokens 4096 --models mixtral,llama-4
+--configs cooperative,cooperative_2x1``. A name the regime or the package does not have is
+refused (exit 2).
+
 Usage: ``python benchmarks/moe.py --out moe.json [--png moe.png] [--quick | --decode | --fp8]
-[--clean-l2]``
+[--clean-l2] [--models M,...] [--tokens T,...] [--configs C,...]``
 """
 
 from __future__ import annotations
@@ -109,8 +115,11 @@ MODELS = {
 DECODE_LAYERS = tuple(
     Layer(name, *MODELS[name], tokens) for tokens in (1, 8, 64) for name in MODELS
 )
-#: The bf16 tile configurations timed at every size.
+#: The bf16 tile configurations timed at every size: "auto" (the rule's pick, the one the
+#: summaries count) and the ones forced by default (``--configs`` names others).
 CONFIGS = ("auto", "cooperative", "pingpong", "small")
+#: The FP8 row-wise tile configurations forced by default (--fp8; "auto" is always timed).
+FP8_FORCED = ("cooperative", "pingpong")
 #: FP8 (--fp8): the five models' two expert GEMMs at 1,024 and 4,096 tokens.
 FP8_LAYERS = tuple(Layer(name, *MODELS[name], tokens) for tokens in (1024, 4096) for name in MODELS)
 #: The H200's dense e4m3 tensor-core peak (TFLOP/s, without sparsity).
@@ -119,6 +128,74 @@ QUICK_LAYERS = (
     Layer("mixtral", 4096, 14336, 8, 2, 4096),
     Layer("qwen3-30b", 2048, 768, 128, 8, 4096),
 )
+
+
+class SelectionError(ValueError):
+    """A --models, --tokens or --configs value that names nothing this run can time."""
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def select_layers(
+    layers: Sequence[Layer], models: str | None, tokens: str | None
+) -> tuple[Layer, ...]:
+    """The layers of a regime whose model is in `models` and token count in `tokens`
+    (comma-separated; None keeps all). Raises SelectionError for a name or a count the regime
+    does not have."""
+    chosen = tuple(layers)
+    wanted = _names(models)
+    if wanted is not None:
+        known = sorted({layer.name for layer in layers})
+        for name in wanted:
+            if name not in known:
+                raise SelectionError(
+                    f"--models: no model {name!r} here (known: {', '.join(known)})"
+                )
+        chosen = tuple(layer for layer in chosen if layer.name in wanted)
+    counts = _names(tokens)
+    if counts is not None:
+        known_counts = sorted({layer.tokens for layer in layers})
+        for count in counts:
+            if not count.isdigit() or int(count) not in known_counts:
+                raise SelectionError(
+                    f"--tokens: no layer of {count!r} tokens here "
+                    f"(known: {', '.join(map(str, known_counts))})"
+                )
+        chosen = tuple(layer for layer in chosen if str(layer.tokens) in counts)
+    if not chosen:
+        raise SelectionError("--models and --tokens together leave no layer")
+    return chosen
+
+
+def select_configs(
+    requested: str | None, default: Sequence[str], known: Sequence[str]
+) -> tuple[str, ...]:
+    """The tile configs a run forces: `requested` (comma-separated) or `default`, each one the
+    installed moe_ops knows (`known`: its CONFIGS or FP8_CONFIGS), "auto" left out (always
+    timed). Raises SelectionError for a name the installed package does not have."""
+    names = _names(requested)
+    chosen = tuple(default) if names is None else names
+    for name in chosen:
+        if name not in known:
+            raise SelectionError(
+                f"--configs: the installed moe_ops has no config {name!r} "
+                f"(known: {', '.join(known)})"
+            )
+    return tuple(name for name in chosen if name != "auto")
+
+
+def layer_configs(forced: Sequence[str], tokens: int, explicit: bool) -> tuple[str, ...]:
+    """What a bf16 layer times: "auto" and the forced configs. "gemv" reads an expert's
+    weights once for every 4 of its rows, so it is timed at decode sizes only (at prefill
+    sizes one call would stream the weights a thousand times): added there by default, and
+    dropped at prefill sizes even when named."""
+    decode = tokens < 1024
+    configs = [c for c in forced if decode or c != "gemv"]
+    if decode and not explicit and "gemv" not in configs:
+        configs.append("gemv")
+    return ("auto", *configs)
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -388,7 +465,11 @@ def forward_rows(
     return rows
 
 
-def run_layer(moe: Any, layer: Layer, quick: bool, roofs: roofline.Roofs) -> dict[str, Any]:
+def run_layer(
+    moe: Any, layer: Layer, quick: bool, roofs: roofline.Roofs, configs: Sequence[str]
+) -> dict[str, Any]:
+    """Both GEMMs of a layer in both weight layouts and its forward, each of `configs`
+    (layer_configs) against torch."""
     torch.manual_seed(0)
     t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
     print(f"{layer.label}: H {h} I {i} E {e} top-{k} T {t}", flush=True)
@@ -403,9 +484,6 @@ def run_layer(moe: Any, layer: Layer, quick: bool, roofs: roofline.Roofs) -> dic
     h_sorted = (torch.randn(t * k, i, device="cuda")).to(BF16)
     gemms: list[dict[str, Any]] = []
     forward: list[dict[str, Any]] = []
-    # "gemv" reads an expert's weights once for every 4 of its rows: timed at decode sizes only
-    # (at prefill sizes one call would stream the weights a thousand times).
-    configs = (*CONFIGS, "gemv") if layer.tokens < 1024 else CONFIGS
     for layout in ("row-major", "transposed"):
         transposed = layout == "transposed"
         w_gate_up = _weights(e, h, 2 * i, transposed)
@@ -462,6 +540,7 @@ def fp8_gemm_rows(
     w: torch.Tensor,
     offsets: torch.Tensor,
     roofs: roofline.Roofs,
+    forced: Sequence[str],
 ) -> list[dict[str, Any]]:
     """One GEMM in e4m3: torch._scaled_grouped_mm (row-wise scales) against grouped_mm_fp8 in
     both scale layouts (row-wise also with each tile config forced); the bf16 grouped_mm of
@@ -480,7 +559,7 @@ def fp8_gemm_rows(
     )
     impls["moe_ops rowwise"] = lambda: moe.grouped_mm_fp8(xq_r, wq_r, xs_r, ws_r, offsets)
     # Each tile config forced ("moe_ops rowwise" is "auto", the one the summary counts).
-    for config in ("cooperative", "pingpong"):
+    for config in forced:
         impls[f"moe_ops rowwise[{config}]"] = lambda c=config: moe.grouped_mm_fp8(
             xq_r, wq_r, xs_r, ws_r, offsets, config=c
         )
@@ -523,8 +602,11 @@ def fp8_gemm_rows(
     return result
 
 
-def run_fp8_layer(moe: Any, layer: Layer, roofs: roofline.Roofs) -> dict[str, Any]:
-    """Both GEMMs of a layer in e4m3, and moe_forward_fp8 against moe_forward (bf16)."""
+def run_fp8_layer(
+    moe: Any, layer: Layer, roofs: roofline.Roofs, forced: Sequence[str] = FP8_FORCED
+) -> dict[str, Any]:
+    """Both GEMMs of a layer in e4m3 (row-wise also with each of `forced` tile configs), and
+    moe_forward_fp8 against moe_forward (bf16)."""
     torch.manual_seed(0)
     t, h, i, e, k = layer.tokens, layer.hidden, layer.inter, layer.experts, layer.top_k
     print(f"{layer.label} (fp8): H {h} I {i} E {e} top-{k} T {t}", flush=True)
@@ -536,8 +618,8 @@ def run_fp8_layer(moe: Any, layer: Layer, roofs: roofline.Roofs) -> dict[str, An
     h_sorted = torch.randn(t * k, i, device="cuda").to(BF16)
     w_gate_up = _weights(e, h, 2 * i, False)
     w_down = _weights(e, i, h, False)
-    gemms = fp8_gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets, roofs)
-    gemms += fp8_gemm_rows(moe, "down", h_sorted, w_down, offsets, roofs)
+    gemms = fp8_gemm_rows(moe, "gate_up", x_sorted, w_gate_up, offsets, roofs, forced)
+    gemms += fp8_gemm_rows(moe, "down", h_sorted, w_down, offsets, roofs, forced)
     interleaved = moe.interleave_gate_up(w_gate_up)
     ref = moe.moe_forward(x, logits, interleaved, w_down, k, gate_up_interleaved=True)
     forward = []
@@ -564,20 +646,17 @@ def run_fp8_layer(moe: Any, layer: Layer, roofs: roofline.Roofs) -> dict[str, An
     return {"layer": layer.__dict__, "label": layer.label, "gemms": gemms, "forward": forward}
 
 
-#: The FP8 row-wise implementations the summary compares with torch: "auto" (the one the
-#: targets count) and each tile config forced.
-FP8_ROWWISE = {
-    "auto": "moe_ops rowwise",
-    "cooperative": "moe_ops rowwise[cooperative]",
-    "pingpong": "moe_ops rowwise[pingpong]",
-}
+#: The FP8 row-wise implementation the summary counts ("auto"); a forced tile config's is
+#: "moe_ops rowwise[<config>]".
+FP8_ROWWISE_AUTO = "moe_ops rowwise"
+FP8_FORCED_PREFIX = "moe_ops rowwise["
 
 
 def fp8_summary(layers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per GEMM: torch row-wise ms / ours row-wise ms (auto); geomean and min over the GEMMs;
-    the same for each tile config forced and for the better of them per GEMM (what a perfect
-    rule would give)."""
-    per_config: dict[str, dict[str, float]] = {name: {} for name in (*FP8_ROWWISE, "best")}
+    the same for each tile config forced (those the rows have) and for the best of them per
+    GEMM (what a perfect rule would give)."""
+    per_config: dict[str, dict[str, float]] = {"auto": {}}
     for lay in layers:
         for gemm in ("gate_up", "down"):
             ms = {r["impl"]: r.get("ms") for r in lay["gemms"] if r["gemm"] == gemm}
@@ -585,12 +664,18 @@ def fp8_summary(layers: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if not theirs:
                 continue
             key = f"{lay['label']}|{gemm}"
-            for name, impl in FP8_ROWWISE.items():
-                if ms.get(impl):
-                    per_config[name][key] = theirs / ms[impl]
-            forced = [per_config[c].get(key, 0.0) for c in ("cooperative", "pingpong")]
-            if max(forced) > 0:
-                per_config["best"][key] = max(forced)
+            forced: list[float] = []
+            for impl, time in ms.items():
+                if not time:
+                    continue
+                if impl == FP8_ROWWISE_AUTO:
+                    per_config["auto"][key] = theirs / time
+                elif impl.startswith(FP8_FORCED_PREFIX) and impl.endswith("]"):
+                    name = impl[len(FP8_FORCED_PREFIX) : -1]
+                    per_config.setdefault(name, {})[key] = theirs / time
+                    forced.append(theirs / time)
+            if forced:
+                per_config.setdefault("best", {})[key] = max(forced)
     ratios = per_config["auto"]
     out: dict[str, Any] = {"rowwise_vs_torch_per_gemm": ratios}
     if ratios:
@@ -743,7 +828,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="flush L2 by reading a 256 MB buffer, not by zeroing one (see L2_FLUSH)",
     )
+    parser.add_argument(
+        "--models", help="only these models' layers (comma-separated, e.g. mixtral,llama-4)"
+    )
+    parser.add_argument("--tokens", help="only the layers of these token counts (e.g. 4096)")
+    parser.add_argument(
+        "--configs",
+        help="the tile configs forced besides auto (comma-separated, any of the installed "
+        "moe_ops' CONFIGS, or FP8_CONFIGS with --fp8); default: "
+        f"{','.join(CONFIGS[1:])} (and gemv at decode sizes), {','.join(FP8_FORCED)} with --fp8",
+    )
     args = parser.parse_args(argv)
+    regime = (
+        FP8_LAYERS
+        if args.fp8
+        else QUICK_LAYERS
+        if args.quick
+        else DECODE_LAYERS
+        if args.decode
+        else LAYERS
+    )
+    try:
+        layers = select_layers(regime, args.models, args.tokens)
+    except SelectionError as exc:
+        print(f"benchmarks/moe.py: {exc}", file=sys.stderr)
+        return 2
     global L2_FLUSH
     L2_FLUSH = "clean" if args.clean_l2 else "dirty"
     import moe_ops
@@ -753,8 +862,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"moe benchmark: moe_ops.moe is unavailable: {reason}", file=sys.stderr)
         return 1
     moe = moe_ops.load("moe")
+    try:
+        forced = select_configs(
+            args.configs,
+            FP8_FORCED if args.fp8 else CONFIGS,
+            tuple(moe.FP8_CONFIGS if args.fp8 else moe.CONFIGS),
+        )
+    except SelectionError as exc:
+        print(f"benchmarks/moe.py: {exc}", file=sys.stderr)
+        return 2
     if args.breakdown:
-        parts = {layer.label: breakdown(moe, layer) for layer in LAYERS}
+        parts = {layer.label: breakdown(moe, layer) for layer in layers}
         if args.out:
             args.out.write_text(json.dumps({"environment": environment(), "breakdown": parts}))
         return 0
@@ -770,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fp8: dict[str, Any] = {
             "environment": environment(),
             "roofs": roofs.as_dict(),
-            "fp8": [run_fp8_layer(moe, lay, roofs) for lay in FP8_LAYERS],
+            "fp8": [run_fp8_layer(moe, lay, roofs, forced) for lay in layers],
         }
         fp8["summary"] = fp8_summary(fp8["fp8"])
         fp8["clocks"] = clocks()  # as the timing ends, at the clocks under load
@@ -792,10 +910,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             fp8_chart(fp8, args.png)
         return 0
     result: dict[str, Any] = {"environment": environment(), "roofs": roofs.as_dict(), "layers": []}
-    layers = QUICK_LAYERS if args.quick else DECODE_LAYERS if args.decode else LAYERS
     for layer in layers:
         # The cuBLAS loop launches one GEMM per expert: at decode sizes it measures launches.
-        entry = run_layer(moe, layer, args.quick or args.decode, roofs)
+        configs = layer_configs(forced, layer.tokens, args.configs is not None)
+        entry = run_layer(moe, layer, args.quick or args.decode, roofs, configs)
         entry["summary"] = summarise(entry)
         result["layers"].append(entry)
         torch.cuda.empty_cache()

@@ -1,0 +1,123 @@
+"""benchmarks/moe.py's --models/--tokens/--configs selection and its FP8 summary over whatever
+tile configs a run forced (no GPU: the selection happens before anything is timed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from benchmark_modules import BENCHMARKS, import_benchmark
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def moe() -> ModuleType:
+    return import_benchmark("moe")
+
+
+def test_models_and_tokens_narrow_a_regime(moe: ModuleType) -> None:
+    chosen = moe.select_layers(moe.FP8_LAYERS, "mixtral, llama-4", "4096")
+    assert [(layer.name, layer.tokens) for layer in chosen] == [
+        ("mixtral", 4096),
+        ("llama-4", 4096),
+    ]
+    decode = moe.select_layers(moe.DECODE_LAYERS, None, "1,64")
+    assert {layer.tokens for layer in decode} == {1, 64}
+    assert len(decode) == 2 * len(moe.MODELS)
+    assert moe.select_layers(moe.LAYERS, None, None) == tuple(moe.LAYERS)
+
+
+@pytest.mark.parametrize(
+    ("models", "tokens", "names"),
+    [
+        ("mixtral,gpt4", None, ["--models", "'gpt4'", "llama-4"]),
+        (None, "4097", ["--tokens", "'4097'", "16384"]),
+        (None, "4k", ["--tokens", "'4k'"]),
+        ("deepseek-v3", "16384", ["leave no layer"]),
+    ],
+)
+def test_a_selection_that_names_nothing_is_refused_by_name(
+    moe: ModuleType, models: str | None, tokens: str | None, names: list[str]
+) -> None:
+    with pytest.raises(moe.SelectionError) as caught:
+        moe.select_layers(moe.LAYERS, models, tokens)
+    for name in names:
+        assert name in str(caught.value)
+
+
+def test_configs_are_the_installed_package_s_and_auto_is_always_timed(moe: ModuleType) -> None:
+    known = ("auto", "cooperative", "pingpong", "small", "gemv", "cooperative_2x1")
+    assert moe.select_configs(None, moe.CONFIGS, known) == ("cooperative", "pingpong", "small")
+    assert moe.select_configs("auto,cooperative_2x1", moe.CONFIGS, known) == ("cooperative_2x1",)
+    with pytest.raises(moe.SelectionError, match="no config 'cooperative_2x1'"):
+        moe.select_configs("cooperative_2x1", moe.CONFIGS, known[:5])
+
+
+def test_gemv_only_at_decode_sizes(moe: ModuleType) -> None:
+    forced = ("cooperative", "gemv")
+    # By default decode sizes add gemv; a named list is kept as named; prefill never has it.
+    assert moe.layer_configs(("cooperative",), 8, False) == ("auto", "cooperative", "gemv")
+    assert moe.layer_configs(("cooperative",), 8, True) == ("auto", "cooperative")
+    assert moe.layer_configs(forced, 8, True) == ("auto", "cooperative", "gemv")
+    assert moe.layer_configs(forced, 4096, True) == ("auto", "cooperative")
+
+
+def _fp8_row(gemm: str, impl: str, ms: float) -> dict[str, Any]:
+    return {"gemm": gemm, "impl": impl, "ms": ms}
+
+
+def test_fp8_summary_counts_every_forced_config_and_the_best_of_them(moe: ModuleType) -> None:
+    layer = {
+        "label": "mixtral T=4k",
+        "gemms": [
+            _fp8_row("gate_up", "torch._scaled_grouped_mm rowwise", 1.2),
+            _fp8_row("gate_up", "moe_ops rowwise", 1.0),
+            _fp8_row("gate_up", "moe_ops rowwise[cooperative]", 1.0),
+            _fp8_row("gate_up", "moe_ops rowwise[cooperative_2x1]", 0.8),
+            _fp8_row("gate_up", "moe_ops blockwise", 0.5),
+            _fp8_row("down", "torch._scaled_grouped_mm rowwise", 1.0),
+            _fp8_row("down", "moe_ops rowwise", 0.5),
+            _fp8_row("down", "moe_ops rowwise[cooperative]", 0.5),
+            _fp8_row("down", "moe_ops rowwise[cooperative_2x1]", 0.625),
+        ],
+    }
+    summary = moe.fp8_summary([layer])
+    configs = summary["configs"]
+    assert set(configs) == {"auto", "cooperative", "cooperative_2x1", "best"}
+    assert configs["cooperative_2x1"]["per_gemm"] == {
+        "mixtral T=4k|gate_up": pytest.approx(1.5),
+        "mixtral T=4k|down": pytest.approx(1.6),
+    }
+    assert configs["best"]["per_gemm"] == {
+        "mixtral T=4k|gate_up": pytest.approx(1.5),
+        "mixtral T=4k|down": pytest.approx(2.0),
+    }
+    assert summary["min"] == pytest.approx(1.2)  # auto's, which the targets count
+
+
+def test_the_command_refuses_a_bad_selection_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "moe.py"),
+            "--fp8",
+            "--models",
+            "gpt4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--models" in lines[0] and "'gpt4'" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()

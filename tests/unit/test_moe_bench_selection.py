@@ -54,6 +54,9 @@ def test_configs_are_the_installed_package_s_and_auto_is_always_timed(moe: Modul
     known = ("auto", "cooperative", "pingpong", "small", "gemv", "cooperative_2x1")
     assert moe.select_configs(None, moe.CONFIGS, known) == ("cooperative", "pingpong", "small")
     assert moe.select_configs("auto,cooperative_2x1", moe.CONFIGS, known) == ("cooperative_2x1",)
+    # An empty list forces nothing, gemv neither: the run times auto alone against torch.
+    assert moe.select_configs("", moe.CONFIGS, known) == ()
+    assert moe.layer_configs((), 1, True) == ("auto",)
     with pytest.raises(moe.SelectionError, match="no config 'cooperative_2x1'"):
         moe.select_configs("cooperative_2x1", moe.CONFIGS, known[:5])
 

@@ -115,10 +115,11 @@ MODELS = {
 DECODE_LAYERS = tuple(
     Layer(name, *MODELS[name], tokens) for tokens in (1, 8, 64) for name in MODELS
 )
-#: The bf16 tile configurations timed at every size: "auto" (the rule's pick, the one the
-#: summaries count) and the ones forced by default (``--configs`` names others).
-CONFIGS = ("auto", "cooperative", "pingpong", "small")
-#: The FP8 row-wise tile configurations forced by default (--fp8; "auto" is always timed).
+#: The bf16 tile configurations forced by default besides "auto" (the rule's pick, the one
+#: the summaries count, always timed); ``--configs`` names others. gemv only at decode sizes
+#: (layer_configs).
+FORCED = ("cooperative", "pingpong", "small", "gemv")
+#: The FP8 row-wise tile configurations forced by default (--fp8).
 FP8_FORCED = ("cooperative", "pingpong")
 #: FP8 (--fp8): the five models' two expert GEMMs at 1,024 and 4,096 tokens.
 FP8_LAYERS = tuple(Layer(name, *MODELS[name], tokens) for tokens in (1024, 4096) for name in MODELS)
@@ -138,32 +139,31 @@ def _names(value: str | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _wanted(flag: str, value: str | None, known: Sequence[str]) -> set[str] | None:
+    """The names `value` gives (None: no filter), each one of `known` or a SelectionError."""
+    names = _names(value)
+    if names is None:
+        return None
+    for name in names:
+        if name not in known:
+            raise SelectionError(f"{flag}: no {name!r} here (known: {', '.join(known)})")
+    return set(names)
+
+
 def select_layers(
     layers: Sequence[Layer], models: str | None, tokens: str | None
 ) -> tuple[Layer, ...]:
     """The layers of a regime whose model is in `models` and token count in `tokens`
     (comma-separated; None keeps all). Raises SelectionError for a name or a count the regime
     does not have."""
-    chosen = tuple(layers)
-    wanted = _names(models)
-    if wanted is not None:
-        known = sorted({layer.name for layer in layers})
-        for name in wanted:
-            if name not in known:
-                raise SelectionError(
-                    f"--models: no model {name!r} here (known: {', '.join(known)})"
-                )
-        chosen = tuple(layer for layer in chosen if layer.name in wanted)
-    counts = _names(tokens)
-    if counts is not None:
-        known_counts = sorted({layer.tokens for layer in layers})
-        for count in counts:
-            if not count.isdigit() or int(count) not in known_counts:
-                raise SelectionError(
-                    f"--tokens: no layer of {count!r} tokens here "
-                    f"(known: {', '.join(map(str, known_counts))})"
-                )
-        chosen = tuple(layer for layer in chosen if str(layer.tokens) in counts)
+    names = _wanted("--models", models, sorted({layer.name for layer in layers}))
+    counts = _wanted("--tokens", tokens, [str(t) for t in sorted({lay.tokens for lay in layers})])
+    chosen = tuple(
+        layer
+        for layer in layers
+        if (names is None or layer.name in names)
+        and (counts is None or str(layer.tokens) in counts)
+    )
     if not chosen:
         raise SelectionError("--models and --tokens together leave no layer")
     return chosen
@@ -186,16 +186,11 @@ def select_configs(
     return tuple(name for name in chosen if name != "auto")
 
 
-def layer_configs(forced: Sequence[str], tokens: int, explicit: bool) -> tuple[str, ...]:
+def layer_configs(forced: Sequence[str], tokens: int) -> tuple[str, ...]:
     """What a bf16 layer times: "auto" and the forced configs. "gemv" reads an expert's
     weights once for every 4 of its rows, so it is timed at decode sizes only (at prefill
-    sizes one call would stream the weights a thousand times): added there by default, and
-    dropped at prefill sizes even when named."""
-    decode = tokens < 1024
-    configs = [c for c in forced if decode or c != "gemv"]
-    if decode and not explicit and "gemv" not in configs:
-        configs.append("gemv")
-    return ("auto", *configs)
+    sizes one call would stream the weights a thousand times)."""
+    return ("auto", *(c for c in forced if tokens < 1024 or c != "gemv"))
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -836,18 +831,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--configs",
         help="the tile configs forced besides auto (comma-separated, any of the installed "
         "moe_ops' CONFIGS, or FP8_CONFIGS with --fp8); default: "
-        f"{','.join(CONFIGS[1:])} (and gemv at decode sizes), {','.join(FP8_FORCED)} with --fp8",
+        f"{','.join(FORCED)} (gemv at decode sizes only), {','.join(FP8_FORCED)} with --fp8",
     )
     args = parser.parse_args(argv)
-    regime = (
-        FP8_LAYERS
-        if args.fp8
-        else QUICK_LAYERS
-        if args.quick
-        else DECODE_LAYERS
-        if args.decode
-        else LAYERS
-    )
+    regime = LAYERS
+    if args.fp8:
+        regime = FP8_LAYERS
+    elif args.quick:
+        regime = QUICK_LAYERS
+    elif args.decode:
+        regime = DECODE_LAYERS
     try:
         layers = select_layers(regime, args.models, args.tokens)
     except SelectionError as exc:
@@ -865,7 +858,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         forced = select_configs(
             args.configs,
-            FP8_FORCED if args.fp8 else CONFIGS,
+            FP8_FORCED if args.fp8 else FORCED,
             tuple(moe.FP8_CONFIGS if args.fp8 else moe.CONFIGS),
         )
     except SelectionError as exc:
@@ -912,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"environment": environment(), "roofs": roofs.as_dict(), "layers": []}
     for layer in layers:
         # The cuBLAS loop launches one GEMM per expert: at decode sizes it measures launches.
-        configs = layer_configs(forced, layer.tokens, args.configs is not None)
+        configs = layer_configs(forced, layer.tokens)
         entry = run_layer(moe, layer, args.quick or args.decode, roofs, configs)
         entry["summary"] = summarise(entry)
         result["layers"].append(entry)

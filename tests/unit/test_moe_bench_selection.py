@@ -52,22 +52,29 @@ def test_a_selection_that_names_nothing_is_refused_by_name(
 
 def test_configs_are_the_installed_package_s_and_auto_is_always_timed(moe: ModuleType) -> None:
     known = ("auto", "cooperative", "pingpong", "small", "gemv", "cooperative_2x1")
-    assert moe.select_configs(None, moe.CONFIGS, known) == ("cooperative", "pingpong", "small")
-    assert moe.select_configs("auto,cooperative_2x1", moe.CONFIGS, known) == ("cooperative_2x1",)
+    assert moe.select_configs(None, moe.FORCED, known) == (
+        "cooperative",
+        "pingpong",
+        "small",
+        "gemv",
+    )
+    assert moe.select_configs("auto,cooperative_2x1", moe.FORCED, known) == ("cooperative_2x1",)
     # An empty list forces nothing, gemv neither: the run times auto alone against torch.
-    assert moe.select_configs("", moe.CONFIGS, known) == ()
-    assert moe.layer_configs((), 1, True) == ("auto",)
+    assert moe.select_configs("", moe.FORCED, known) == ()
+    assert moe.layer_configs((), 1) == ("auto",)
     with pytest.raises(moe.SelectionError, match="no config 'cooperative_2x1'"):
-        moe.select_configs("cooperative_2x1", moe.CONFIGS, known[:5])
+        moe.select_configs("cooperative_2x1", moe.FORCED, known[:5])
 
 
 def test_gemv_only_at_decode_sizes(moe: ModuleType) -> None:
     forced = ("cooperative", "gemv")
-    # By default decode sizes add gemv; a named list is kept as named; prefill never has it.
-    assert moe.layer_configs(("cooperative",), 8, False) == ("auto", "cooperative", "gemv")
-    assert moe.layer_configs(("cooperative",), 8, True) == ("auto", "cooperative")
-    assert moe.layer_configs(forced, 8, True) == ("auto", "cooperative", "gemv")
-    assert moe.layer_configs(forced, 4096, True) == ("auto", "cooperative")
+    # By default decode sizes time gemv; a named list is kept as named; prefill never has it.
+    default = ("auto", "cooperative", "pingpong", "small")
+    assert moe.layer_configs(moe.FORCED, 8) == (*default, "gemv")
+    assert moe.layer_configs(moe.FORCED, 4096) == default
+    assert moe.layer_configs(("cooperative",), 8) == ("auto", "cooperative")
+    assert moe.layer_configs(forced, 8) == ("auto", "cooperative", "gemv")
+    assert moe.layer_configs(forced, 4096) == ("auto", "cooperative")
 
 
 def _fp8_row(gemm: str, impl: str, ms: float) -> dict[str, Any]:

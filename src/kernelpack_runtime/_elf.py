@@ -32,7 +32,7 @@ _MAGIC = b"\x7fELF"
 _ET_DYN = 3
 _PT_LOAD, _PT_DYNAMIC, _PT_TLS = 1, 2, 7
 _PT_GNU_STACK, _PT_GNU_RELRO = 0x6474E551, 0x6474E552
-_PF_X, _PF_R = 1, 4
+_PF_X, _PF_W, _PF_R = 1, 2, 4
 #: `os.uname().machine` -> (e_machine, 64-bit, byte order) of the libraries it loads.
 _HOST_MACHINES = {
     "x86_64": (62, True, "<"),
@@ -197,6 +197,10 @@ def _segments_problem(segments: list[_Segment]) -> str | None:
             return "segment flags"
         if load.filesz > load.memsz or not aligned:
             return "segment sizes"
+        if load.filesz != load.memsz and not load.flags & _PF_W:
+            # The loader zero-fills the tail past the file bytes by writing to it; a linker
+            # puts such a tail (.bss) only in a writable segment.
+            return "segment sizes"
         if load.align > 1 and (load.vaddr - load.offset) % load.align:
             return "segment alignment"
         if load.vaddr < previous_end or (load.filesz and load.offset < previous_file_end):
@@ -206,20 +210,33 @@ def _segments_problem(segments: list[_Segment]) -> str | None:
     if not any(load.flags & _PF_X for load in loads):
         return "no executable segment"
     dynamics = [s for s in segments if s.kind == _PT_DYNAMIC]
-    if len(dynamics) != 1 or _load_holding(loads, dynamics[0]) is None:
+    holding = _load_holding(loads, dynamics[0]) if len(dynamics) == 1 else None
+    if holding is None or not holding.flags & _PF_W:
+        # Relocations write the GOT and the initialiser arrays that a linker puts beside the
+        # dynamic section: a read-only segment there faults in dlopen.
         return "dynamic segment"
     for part in segments:
         # What the loader maps, protects (RELRO) or reads through addresses must lie in
         # the mapped image; the stack segment (flags only) and empty ones hold nothing.
-        size = part.memsz if part.kind == _PT_GNU_RELRO else part.filesz
+        # RELRO is protected in whole pages: lld rounds its end up to the page, past the
+        # segment's bytes but not past the pages mapped for them.
+        relro = part.kind == _PT_GNU_RELRO
+        size = part.memsz if relro else part.filesz
         if part.kind in (_PT_LOAD, _PT_GNU_STACK) or not size:
             continue
         if not any(
-            load.vaddr <= part.vaddr and part.vaddr + size <= load.vaddr + load.memsz
+            load.vaddr <= part.vaddr
+            and part.vaddr + size <= (_page_end(load) if relro else load.vaddr + load.memsz)
             for load in loads
         ):
             return f"segment {part.kind:#x} outside the loaded image"
     return None
+
+
+def _page_end(load: _Segment) -> int:
+    """The end of the pages mapped for `load` (its alignment, at least 4 KiB pages)."""
+    page = max(load.align, 4096)
+    return -(-(load.vaddr + load.memsz) // page) * page
 
 
 def _load_holding(loads: list[_Segment], part: _Segment) -> _Segment | None:

@@ -58,14 +58,39 @@ def _corrupt(
 Edit = Callable[[bytearray, list[tuple[str, int]]], None]
 
 
-def _field(kind: str, offset_in_header: int, value: int, fmt: str = "<Q") -> Edit:
-    """Overwrite one field of the (last LOAD, else first) program header of `kind`."""
+def _field(
+    kind: str, offset_in_header: int, value: int, fmt: str = "<Q", index: int | None = None
+) -> Edit:
+    """Overwrite one field of a program header of `kind`: the `index`th, or by default the
+    last LOAD, else the first."""
 
     def edit(data: bytearray, segments: list[tuple[str, int]]) -> None:
-        at = [start for name, start in segments if name == kind][-1 if kind == "PT_LOAD" else 0]
+        at = [start for name, start in segments if name == kind][
+            index if index is not None else -1 if kind == "PT_LOAD" else 0
+        ]
         struct.pack_into(fmt, data, at + offset_in_header, value)
 
     return edit
+
+
+def _shrunk_file_size(index: int, by: int) -> Edit:
+    """The `index`th LOAD keeps its memory size but `by` fewer bytes come from the file."""
+
+    def edit(data: bytearray, segments: list[tuple[str, int]]) -> None:
+        at = [start for name, start in segments if name == "PT_LOAD"][index]
+        (filesz,) = struct.unpack_from("<Q", data, at + 32)
+        struct.pack_into("<Q", data, at + 32, filesz - by)
+
+    return edit
+
+
+def _read_only_data(data: bytearray, segments: list[tuple[str, int]]) -> None:
+    """The last LOAD (data, GOT, dynamic section) loses its write flag and its zero-filled
+    tail, so only the flag is wrong."""
+    at = [start for name, start in segments if name == "PT_LOAD"][-1]
+    struct.pack_into("<I", data, at + 4, 4)
+    (filesz,) = struct.unpack_from("<Q", data, at + 32)
+    struct.pack_into("<Q", data, at + 40, filesz)
 
 
 def test_a_whole_library_passes_and_names_its_registrations(good: Path) -> None:
@@ -90,6 +115,21 @@ def test_a_text_file_is_no_elf_at_all(tmp_path: Path) -> None:
     assert inspect_library(tmp_path / "x.so") is None
 
 
+def _relro_to_the_page_end(data: bytearray, segments: list[tuple[str, int]]) -> None:
+    """RELRO ends where the pages of the writable LOAD end, as lld writes it."""
+    load = [start for name, start in segments if name == "PT_LOAD"][-1]
+    relro = next(start for name, start in segments if name == "PT_GNU_RELRO")
+    vaddr, memsz, align = (struct.unpack_from("<Q", data, load + at)[0] for at in (16, 40, 48))
+    (start,) = struct.unpack_from("<Q", data, relro + 16)
+    page_end = -(-(vaddr + memsz) // align) * align
+    struct.pack_into("<Q", data, relro + 40, page_end - start)
+
+
+def test_relro_rounded_up_to_the_page_passes(good: Path, tmp_path: Path) -> None:
+    library = inspect_library(_corrupt(good, tmp_path, _relro_to_the_page_end))
+    assert library is not None and library.problem is None
+
+
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
@@ -99,6 +139,11 @@ def test_a_text_file_is_no_elf_at_all(tmp_path: Path) -> None:
         pytest.param(_field("PT_DYNAMIC", 0, 0, "<I"), "dynamic segment", id="no-dynamic"),
         pytest.param(_field("PT_LOAD", 4, 0x40, "<I"), "segment flags", id="flags"),
         pytest.param(_field("PT_LOAD", 48, 3), "segment sizes", id="align"),
+        # Found by test_registry_fuzz: each of these killed the process in dlopen.
+        pytest.param(_shrunk_file_size(0, 12), "segment sizes", id="read-only-tail"),
+        pytest.param(_shrunk_file_size(1, 256), "segment sizes", id="code-tail"),
+        pytest.param(_field("PT_LOAD", 4, 5, "<I"), "segment sizes", id="data-not-writable"),
+        pytest.param(_read_only_data, "dynamic segment", id="dynamic-not-writable"),
     ],
 )
 def test_lying_program_headers_are_invalid(

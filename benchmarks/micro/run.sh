@@ -32,10 +32,11 @@ status=0
 includes() {
   case $1 in
     gemv_decode) echo moe_ops/moe_ops/moe/csrc ;;
-    rmsnorm_decode_backward) printf '%s\n' llm_ops/llm_ops/csrc llm_ops/llm_ops/rmsnorm/csrc ;;
+    rmsnorm_decode_backward | rmsnorm_forward_large)
+      printf '%s\n' llm_ops/llm_ops/csrc llm_ops/llm_ops/rmsnorm/csrc ;;
   esac
 }
-for name in gemv_decode rmsnorm_decode_backward; do
+for name in gemv_decode rmsnorm_decode_backward rmsnorm_forward_large; do
   flags=()
   while read -r dir; do flags+=("-I$examples/$dir"); done < <(includes "$name")
   log=$out/micro-$name.txt

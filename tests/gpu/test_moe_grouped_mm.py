@@ -35,7 +35,7 @@ CASES = [
     ([4096, 2048], 128, 4096),
     ([1], 8192, 640),
 ]
-CONFIGS = ["auto", "cooperative", "pingpong", "small", "gemv"]
+CONFIGS = ["auto", "cooperative", "pingpong", "small", "gemv", "cooperative_2x1"]
 
 
 def _x(rows: int, k: int) -> torch.Tensor:
@@ -87,7 +87,7 @@ def test_every_config_equals_torch_at_decode_sizes(moe: ModuleType, transposed: 
     w = weights(len(counts), 2048, 1536, transposed=transposed, scale=2048**-0.5)
     offsets = offsets_from_counts(counts)
     theirs = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
-    for config in ("cooperative", "pingpong", "small"):
+    for config in ("cooperative", "pingpong", "small", "cooperative_2x1"):
         assert torch.equal(moe.grouped_mm(x, w, offsets, config=config), theirs), config
     gemv = moe.grouped_mm(x, w, offsets, config="gemv")
     err = (gemv.float() - theirs.float()).norm() / theirs.float().norm()
@@ -321,6 +321,32 @@ def test_bad_offsets_of_silu_mul_are_clamped_and_reported_under_its_name(
     assert_matches(out[:covered], ref[:covered], BF16, "grouped_mm_silu_mul")
     with pytest.raises(RuntimeError, match="grouped_mm_silu_mul: " + REPORT):
         moe.check_offsets_errors()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["w_row_major", "w_transposed"])
+def test_the_2x1_cluster_equals_torch_over_several_row_tiles(
+    moe: ModuleType, transposed: bool
+) -> None:
+    # cooperative_2x1 pairs two row tiles of an expert in a cluster (the weights' tile is
+    # multicast to both): groups of one to six 128-row tiles, one ending mid-tile, some
+    # with an odd tile count (the cluster's second tile is past the group's rows), and
+    # empty ones. The same algorithm as torch's: bit-identical.
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no torch._grouped_mm")
+    counts = [129, 0, 256, 700, 1, 383, 0, 640]
+    x = _x(sum(counts), 1024)
+    w = weights(len(counts), 1024, 768, transposed=transposed, scale=1024**-0.5)
+    offsets = offsets_from_counts(counts)
+    theirs = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
+    assert torch.equal(moe.grouped_mm(x, w, offsets, config="cooperative_2x1"), theirs)
+    assert torch.equal(moe.grouped_mm(x, w, offsets, config="cooperative"), theirs)
+    # Where `auto` takes it (100-205 rows an expert, K 4096: gemm_rule.cpp), the same.
+    counts = [100 + 7 * i for i in range(16)]
+    x = _x(sum(counts), 4096)
+    w = weights(len(counts), 4096, 256, transposed=transposed, scale=4096**-0.5)
+    offsets = offsets_from_counts(counts)
+    theirs = torch._grouped_mm(x, w, offs=offsets, out_dtype=BF16)
+    assert torch.equal(moe.grouped_mm(x, w, offsets), theirs)
 
 
 def test_the_next_call_raises_once_and_valid_calls_stay_exact(

@@ -51,6 +51,16 @@ struct CooperativeConfig {
   using ClusterShape = Shape<_1, _2, _1>;
 };
 
+// The same tile in a 2x1 cluster: the cluster's CTAs share B's tile (TMA multicast of the
+// weights), so two row tiles of an expert read its weight columns once from L2; for experts
+// of a few hundred rows, where the weights are the larger operand.
+struct Cooperative2x1Config {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_2, _1, _1>;
+};
+
 struct PingpongConfig {
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;

@@ -19,6 +19,9 @@ enum class GemmConfig : int {
                      // tiles (CTAs reading them) sets the bandwidth
   kGemv = 4,         // no CUTLASS tile: a weight-streaming kernel (gemv.cuh) for one or two
                      // rows an expert; fp32 accumulation in its own order
+  kCooperative2x1 = 5,  // the cooperative tile in a 2x1 cluster: the two CTAs of a cluster
+                        // take the same weight columns of two row tiles, so B's tile is
+                        // multicast (read once from L2 for both) instead of A's
 };
 
 // `kAuto` takes kSmall when the rows an expert average at most this (m_total <= groups *
@@ -32,6 +35,15 @@ constexpr int64_t kSmallRowsPerGroup = 4;
 // on both cards' decode runs.
 constexpr int64_t kGemvRowsPerGroup = 1;
 constexpr int64_t kGemvMaxCoopTiles = 384;
+// `kAuto` takes kCooperative2x1 when the rows an expert average more than
+// kCoop2x1MinRowsPerGroup and at most kCoop2x1MaxRowsPerGroup (one or two 128-row tiles an
+// expert: the weights are most of the bytes) and K is at least kCoop2x1MinK (long main
+// loops). Measured on an H100 (docs/moe_ops.md): DeepSeek-V3's prefill gate/up (128 rows an
+// expert, K 7168) 1.25x / 1.12x the 1x2 cluster (row-major / K-major weights); no other
+// prefill GEMM of the benchmark gained in both layouts.
+constexpr int64_t kCoop2x1MinRowsPerGroup = 64;
+constexpr int64_t kCoop2x1MaxRowsPerGroup = 192;
+constexpr int64_t kCoop2x1MinK = 4096;
 
 // Elements (bf16) that K, N and every row start must be a multiple of: 16-byte TMA rows.
 constexpr int64_t kAlignment = 8;
@@ -101,6 +113,10 @@ MOE_OPS_DECLARE_GEMM(gemm_small_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_small_colb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_small_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_small_colb)
+MOE_OPS_DECLARE_GEMM(gemm_coop21_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_coop21_colb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_coop21_rowb)
+MOE_OPS_DECLARE_GEMM(gemm_silu_coop21_colb)
 #undef MOE_OPS_DECLARE_GEMM
 
 // ---- FP8 (e4m3) grouped GEMM: bf16 out, fp32 accumulation, two scale layouts ----

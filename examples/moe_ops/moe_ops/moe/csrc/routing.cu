@@ -256,7 +256,7 @@ struct Instantiation {
 
 Instantiation pick(const GroupedGemmArgs& args, GemmConfig resolved) {
   // [config][silu_mul][b_k_major]
-  static constexpr Instantiation table[3][2][2] = {
+  static constexpr Instantiation table[4][2][2] = {
       {{{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
         {gemm_coop_colb_workspace_size, gemm_coop_colb_run}},
        {{gemm_silu_coop_rowb_workspace_size, gemm_silu_coop_rowb_run},
@@ -269,11 +269,29 @@ Instantiation pick(const GroupedGemmArgs& args, GemmConfig resolved) {
         {gemm_small_colb_workspace_size, gemm_small_colb_run}},
        {{gemm_silu_small_rowb_workspace_size, gemm_silu_small_rowb_run},
         {gemm_silu_small_colb_workspace_size, gemm_silu_small_colb_run}}},
+      {{{gemm_coop21_rowb_workspace_size, gemm_coop21_rowb_run},
+        {gemm_coop21_colb_workspace_size, gemm_coop21_colb_run}},
+       {{gemm_silu_coop21_rowb_workspace_size, gemm_silu_coop21_rowb_run},
+        {gemm_silu_coop21_colb_workspace_size, gemm_silu_coop21_colb_run}}},
   };
-  // kGemv runs in the small-tile instantiations (after their setup kernel).
-  const int config =
-      (resolved == GemmConfig::kGemv ? static_cast<int>(GemmConfig::kSmall)
-                                     : static_cast<int>(resolved)) - 1;
+  // The table's row of each configuration; kGemv runs in the small-tile instantiations
+  // (after their setup kernel).
+  int config = 0;
+  switch (resolved) {
+    case GemmConfig::kPingpong:
+      config = 1;
+      break;
+    case GemmConfig::kSmall:
+    case GemmConfig::kGemv:
+      config = 2;
+      break;
+    case GemmConfig::kCooperative2x1:
+      config = 3;
+      break;
+    default:  // kCooperative (kAuto never reaches here: gemm_config_for resolves it)
+      config = 0;
+      break;
+  }
   return table[config][args.silu_mul ? 1 : 0][args.b_k_major ? 1 : 0];
 }
 

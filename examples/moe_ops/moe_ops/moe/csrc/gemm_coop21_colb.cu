@@ -1,0 +1,4 @@
+// One CUTLASS instantiation: Cooperative2x1Config, B[g] K-major (w as the transposed view of [E, N, K]), bf16 TMA-store epilogue.
+#include "grouped_gemm.cuh"
+
+MOE_OPS_DEFINE_GEMM(gemm_coop21_colb, Cooperative2x1Config, ColumnMajor, false)

@@ -1,0 +1,4 @@
+// One CUTLASS instantiation: Cooperative2x1Config, B[g] row-major (w as [E, K, N]), SiLU-and-mul epilogue.
+#include "grouped_gemm.cuh"
+
+MOE_OPS_DEFINE_GEMM(gemm_silu_coop21_rowb, Cooperative2x1Config, RowMajor, true)

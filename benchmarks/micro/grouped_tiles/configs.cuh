@@ -1,21 +1,13 @@
 // Tile configurations moe_ops does not ship, for the grouped-GEMM tile experiment (main.cu):
 // the same CUTLASS 3.x sm90 pointer-array kernels as grouped_gemm.cuh / grouped_gemm_fp8.cuh,
 // other tile and cluster shapes. Each instantiation is its own translation unit (tile_*.cu).
+// (The bf16 2x1 cluster of run 21 ships now: grouped_gemm.cuh's Cooperative2x1Config.)
 #pragma once
 
 #include "grouped_gemm.cuh"
 #include "grouped_gemm_fp8.cuh"
 
 namespace moe_ops::gemm {
-
-// The shipped cooperative tile (128x256x64) with the cluster along M: the two CTAs of a
-// cluster share B's tile (TMA multicast of the weights) instead of A's.
-struct Coop2x1 {
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-  using TileShape = Shape<_128, _256, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
-};
 
 // 128x256x64 in a 2x2 cluster: both operands multicast.
 struct Coop2x2 {

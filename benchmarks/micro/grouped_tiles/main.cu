@@ -24,7 +24,6 @@ namespace moe_ops {
   size_t NAME##_workspace_size(int64_t groups, int sm_count);                            \
   const char* NAME##_run(const ARGS& args, void* workspace, size_t bytes, int sm_count, \
                          cudaStream_t stream);
-DECLARE(tiles_coop2x1, GroupedGemmArgs)
 DECLARE(tiles_coop2x2, GroupedGemmArgs)
 DECLARE(tiles_coop256x128c12, GroupedGemmArgs)
 DECLARE(tiles_coop256x128c21, GroupedGemmArgs)
@@ -44,7 +43,8 @@ struct Tile {
 static const Tile<GroupedGemmArgs> kBf16[] = {
     {"cooperative 128x256x64 1x2 (shipped)", gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
     {"pingpong 128x128x64 1x2 (shipped)", gemm_pong_rowb_workspace_size, gemm_pong_rowb_run},
-    {"cooperative 128x256x64 2x1", tiles_coop2x1_workspace_size, tiles_coop2x1_run},
+    {"cooperative 128x256x64 2x1 (shipped)", gemm_coop21_rowb_workspace_size,
+     gemm_coop21_rowb_run},
     {"cooperative 128x256x64 2x2", tiles_coop2x2_workspace_size, tiles_coop2x2_run},
     {"cooperative 256x128x64 1x2", tiles_coop256x128c12_workspace_size, tiles_coop256x128c12_run},
     {"cooperative 256x128x64 2x1", tiles_coop256x128c21_workspace_size, tiles_coop256x128c21_run},

@@ -118,7 +118,7 @@ DECODE_LAYERS = tuple(
 #: The bf16 tile configurations forced by default besides "auto" (the rule's pick, the one
 #: the summaries count, always timed); ``--configs`` names others. gemv only at decode sizes
 #: (layer_configs).
-FORCED = ("cooperative", "pingpong", "small", "gemv")
+FORCED = ("cooperative", "cooperative_2x1", "small", "gemv")
 #: The FP8 row-wise tile configurations forced by default (--fp8).
 FP8_FORCED = ("cooperative", "pingpong")
 #: FP8 (--fp8): the five models' two expert GEMMs at 1,024 and 4,096 tokens.

@@ -1,8 +1,8 @@
 """examples/moe_ops on a machine without a GPU: the CUTLASS sm90 package builds, installs,
 imports and says why it cannot run.
 
-The build is the real one: twenty-three translation units, nineteen of them CUTLASS 3.x
-grouped-GEMM instantiations (bf16 and FP8; about nine minutes on two cores), with the
+The build is the real one: nineteen translation units, fifteen of them CUTLASS 3.x
+grouped-GEMM instantiations (bf16 and FP8; about seven minutes on two cores), with the
 CUTLASS headers of the `nvidia-cutlass` wheel (`depends = ["cutlass"]`). Without those
 headers the module skips, with the reason. The FP8 quantisation helpers and every op's fake
 are checked here too: they need no GPU.

@@ -25,8 +25,8 @@ flags=(-std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG=1
   -I"$cutlass/tools/util/include")
 obj=$out.obj
 mkdir -p "$obj"
-sources=("$here"/main.cu "$here"/tile_*.cu "$csrc"/gemm_coop_rowb.cu "$csrc"/gemm_pong_rowb.cu
-  "$csrc"/gemm_coop21_rowb.cu "$csrc"/gemm_fp8_rowwise.cu "$csrc"/gemm_fp8_rowwise_pong.cu)
+sources=("$here"/main.cu "$here"/tile_*.cu "$csrc"/gemm_coop_rowb.cu "$csrc"/gemm_coop21_rowb.cu
+  "$csrc"/gemm_fp8_rowwise.cu "$csrc"/gemm_fp8_rowwise_pong.cu)
 # One compile a source, JOBS at a time; an object newer than its source and the headers is kept.
 compile() {
   local src=$1 o

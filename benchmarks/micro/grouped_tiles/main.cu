@@ -42,7 +42,6 @@ struct Tile {
 
 static const Tile<GroupedGemmArgs> kBf16[] = {
     {"cooperative 128x256x64 1x2 (shipped)", gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
-    {"pingpong 128x128x64 1x2 (shipped)", gemm_pong_rowb_workspace_size, gemm_pong_rowb_run},
     {"cooperative 128x256x64 2x1 (shipped)", gemm_coop21_rowb_workspace_size,
      gemm_coop21_rowb_run},
     {"cooperative 128x256x64 2x2", tiles_coop2x2_workspace_size, tiles_coop2x2_run},

@@ -96,16 +96,9 @@ MAX_TOP_K = 8
 #: the cooperative tiles would fill less than half the SMs, "cooperative_2x1" (the
 #: cooperative tile in a 2x1 cluster, which multicasts the weights' tile to two row tiles)
 #: over 64 to 192 rows an expert on average with K >= 4096, else "cooperative" (the fastest
-#: or within 3% of it on every other prefill layer benchmarked); "pingpong" only when forced.
-#: Every config but "gemv" is bit-identical to torch._grouped_mm.
-CONFIGS = {
-    "auto": 0,
-    "cooperative": 1,
-    "pingpong": 2,
-    "small": 3,
-    "gemv": 4,
-    "cooperative_2x1": 5,
-}
+#: or within 3% of it on every other prefill layer benchmarked). Every config but "gemv" is
+#: bit-identical to torch._grouped_mm.
+CONFIGS = {"auto": 0, "cooperative": 1, "small": 2, "gemv": 3, "cooperative_2x1": 4}
 #: Tile configurations of the FP8 ops (moe.h's Fp8Config): "auto" takes "pingpong" (64x128
 #: tile) for row-wise scales over 64 experts or more of up to 64 rows each on average, else
 #: "cooperative" (128x128); block-wise scales always run "cooperative" (fp8_config_for in

@@ -6,7 +6,6 @@ namespace moe_ops {
 
 GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
   if (args.config == static_cast<int>(GemmConfig::kCooperative) ||
-      args.config == static_cast<int>(GemmConfig::kPingpong) ||
       args.config == static_cast<int>(GemmConfig::kSmall) ||
       args.config == static_cast<int>(GemmConfig::kGemv) ||
       args.config == static_cast<int>(GemmConfig::kCooperative2x1)) {
@@ -25,8 +24,7 @@ GemmConfig gemm_config_for(const GroupedGemmArgs& args, int sm_count) {
     return GemmConfig::kGemv;
   }
   // When the cooperative tiles would fill less than half the SMs, the small tile's four times
-  // as many CTAs stream the weights faster. (The pingpong tile, once taken for a nearly empty
-  // last wave at a row an expert, is gemv's now: forced only.)
+  // as many CTAs stream the weights faster.
   if (args.m_total <= args.groups * kSmallRowsPerGroup && 2 * coop_tiles < sm_count) {
     return GemmConfig::kSmall;
   }

@@ -61,13 +61,6 @@ struct Cooperative2x1Config {
   using ClusterShape = Shape<_2, _1, _1>;
 };
 
-struct PingpongConfig {
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  using TileShape = Shape<_128, _128, _64>;
-  using ClusterShape = Shape<_1, _2, _1>;
-};
-
 // Decode sizes: a 64-row tile wastes less of the MMA on one-row experts, and the 64-column
 // tile doubles the CTAs that stream an expert's weights; no cluster (nothing to multicast).
 struct SmallConfig {

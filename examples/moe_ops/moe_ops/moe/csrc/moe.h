@@ -12,14 +12,12 @@ namespace moe_ops {
 enum class GemmConfig : int {
   kAuto = 0,         // chosen from the shape (gemm_config_for)
   kCooperative = 1,  // 128x256x64 tile, two consumer warpgroups on one tile, cluster 1x2
-  kPingpong = 2,     // 128x128x64 tile, two consumer warpgroups on alternate tiles (one's
-                     // epilogue overlaps the other's main loop), cluster 1x2
-  kSmall = 3,        // 64x64x128 pingpong tile, cluster 1x1: for a few rows an expert
+  kSmall = 2,        // 64x64x128 pingpong tile, cluster 1x1: for a few rows an expert
                      // (decode), where the GEMM streams the weights and the number of
                      // tiles (CTAs reading them) sets the bandwidth
-  kGemv = 4,         // no CUTLASS tile: a weight-streaming kernel (gemv.cuh) for one or two
+  kGemv = 3,         // no CUTLASS tile: a weight-streaming kernel (gemv.cuh) for one or two
                      // rows an expert; fp32 accumulation in its own order
-  kCooperative2x1 = 5,  // the cooperative tile in a 2x1 cluster: the two CTAs of a cluster
+  kCooperative2x1 = 4,  // the cooperative tile in a 2x1 cluster: the two CTAs of a cluster
                         // take the same weight columns of two row tiles, so B's tile is
                         // multicast (read once from L2 for both) instead of A's
 };
@@ -103,12 +101,8 @@ const char* grouped_gemm(const GroupedGemmArgs& args, void* workspace, size_t wo
                          int sm_count, cudaStream_t stream);
 MOE_OPS_DECLARE_GEMM(gemm_coop_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_coop_colb)
-MOE_OPS_DECLARE_GEMM(gemm_pong_rowb)
-MOE_OPS_DECLARE_GEMM(gemm_pong_colb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_coop_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_coop_colb)
-MOE_OPS_DECLARE_GEMM(gemm_silu_pong_rowb)
-MOE_OPS_DECLARE_GEMM(gemm_silu_pong_colb)
 MOE_OPS_DECLARE_GEMM(gemm_small_rowb)
 MOE_OPS_DECLARE_GEMM(gemm_small_colb)
 MOE_OPS_DECLARE_GEMM(gemm_silu_small_rowb)

@@ -256,15 +256,11 @@ struct Instantiation {
 
 Instantiation pick(const GroupedGemmArgs& args, GemmConfig resolved) {
   // [config][silu_mul][b_k_major]
-  static constexpr Instantiation table[4][2][2] = {
+  static constexpr Instantiation table[3][2][2] = {
       {{{gemm_coop_rowb_workspace_size, gemm_coop_rowb_run},
         {gemm_coop_colb_workspace_size, gemm_coop_colb_run}},
        {{gemm_silu_coop_rowb_workspace_size, gemm_silu_coop_rowb_run},
         {gemm_silu_coop_colb_workspace_size, gemm_silu_coop_colb_run}}},
-      {{{gemm_pong_rowb_workspace_size, gemm_pong_rowb_run},
-        {gemm_pong_colb_workspace_size, gemm_pong_colb_run}},
-       {{gemm_silu_pong_rowb_workspace_size, gemm_silu_pong_rowb_run},
-        {gemm_silu_pong_colb_workspace_size, gemm_silu_pong_colb_run}}},
       {{{gemm_small_rowb_workspace_size, gemm_small_rowb_run},
         {gemm_small_colb_workspace_size, gemm_small_colb_run}},
        {{gemm_silu_small_rowb_workspace_size, gemm_silu_small_rowb_run},
@@ -278,15 +274,12 @@ Instantiation pick(const GroupedGemmArgs& args, GemmConfig resolved) {
   // (after their setup kernel).
   int config = 0;
   switch (resolved) {
-    case GemmConfig::kPingpong:
-      config = 1;
-      break;
     case GemmConfig::kSmall:
     case GemmConfig::kGemv:
-      config = 2;
+      config = 1;
       break;
     case GemmConfig::kCooperative2x1:
-      config = 3;
+      config = 2;
       break;
     default:  // kCooperative (kAuto never reaches here: gemm_config_for resolves it)
       config = 0;

@@ -1,4 +1,0 @@
-// One CUTLASS instantiation: PingpongConfig, B[g] row-major (w as [E, K, N]), bf16 TMA-store epilogue.
-#include "grouped_gemm.cuh"
-
-MOE_OPS_DEFINE_GEMM(gemm_pong_rowb, PingpongConfig, RowMajor, false)

@@ -1,4 +1,0 @@
-// One CUTLASS instantiation: PingpongConfig, B[g] K-major (w as the transposed view of [E, N, K]), SiLU-and-mul epilogue.
-#include "grouped_gemm.cuh"
-
-MOE_OPS_DEFINE_GEMM(gemm_silu_pong_colb, PingpongConfig, ColumnMajor, true)

@@ -126,6 +126,35 @@ static std::vector<int32_t> offsets_for(int experts, int64_t rows) {
   return offsets;
 }
 
+// The device buffers of one shape, freed together: the two outputs (the first tile's, then
+// each other tile's) and the offsets, filled; take() allocates the operands.
+struct Operands {
+  std::vector<void*> owned;
+  void* d_ref;
+  void* d_out;
+  int32_t* offsets;
+
+  Operands(const Shape& s, cudaStream_t st) {
+    d_ref = take(s.rows * s.n * 2);
+    d_out = take(s.rows * s.n * 2);
+    offsets = static_cast<int32_t*>(take(s.experts * 4));
+    const std::vector<int32_t> h_off = offsets_for(s.experts, s.rows);
+    cudaMemcpyAsync(offsets, h_off.data(), s.experts * 4, cudaMemcpyHostToDevice, st);
+    cudaStreamSynchronize(st);
+  }
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+  ~Operands() {
+    for (void* p : owned) cudaFree(p);
+  }
+  void* take(size_t bytes) {
+    void* p = nullptr;
+    cudaMalloc(&p, bytes);
+    owned.push_back(p);
+    return p;
+  }
+};
+
 template <class Args>
 static float time_ms(const Tile<Args>& t, const Args& args, void* ws, size_t bytes, int sms,
                      cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
@@ -232,71 +261,46 @@ int main(int argc, char** argv) {
   };
   for (const Shape& s : bf16_shapes) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
-    void *a, *b, *d_ref, *d_out;
-    int32_t* offsets;
-    cudaMalloc(&a, s.rows * s.k * 2);
-    cudaMalloc(&b, (size_t)s.experts * s.k * s.n * 2);
-    cudaMalloc(&d_ref, s.rows * s.n * 2);
-    cudaMalloc(&d_out, s.rows * s.n * 2);
-    cudaMalloc(&offsets, s.experts * 4);
+    Operands o(s, st);
+    void* a = o.take(s.rows * s.k * 2);
+    void* b = o.take((size_t)s.experts * s.k * s.n * 2);
     fill_bf16<<<2048, 256, 0, st>>>(static_cast<__nv_bfloat16*>(a), s.rows * s.k, 1);
     fill_bf16<<<2048, 256, 0, st>>>(static_cast<__nv_bfloat16*>(b), (int64_t)s.experts * s.k * s.n, 2);
-    const std::vector<int32_t> h_off = offsets_for(s.experts, s.rows);
-    cudaMemcpy(offsets, h_off.data(), s.experts * 4, cudaMemcpyHostToDevice);
     GroupedGemmArgs args{};
     args.a = a;
     args.b = b;
-    args.offsets = offsets;
+    args.offsets = o.offsets;
     args.groups = s.experts;
     args.m_total = s.rows;
     args.n = s.n;
     args.k = s.k;
     args.b_group_stride = s.k * s.n;
-    run_shape(s, kBf16, args, d_ref, d_out, sms, st, e0, e1, count, max_diff);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(d_ref);
-    cudaFree(d_out);
-    cudaFree(offsets);
+    run_shape(s, kBf16, args, o.d_ref, o.d_out, sms, st, e0, e1, count, max_diff);
   }
   for (const Shape& s : fp8_shapes) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
-    void *a, *b, *d_ref, *d_out;
-    float *a_scale, *b_scale;
-    int32_t* offsets;
-    cudaMalloc(&a, s.rows * s.k);
-    cudaMalloc(&b, (size_t)s.experts * s.k * s.n);
-    cudaMalloc(&a_scale, s.rows * 4);
-    cudaMalloc(&b_scale, (size_t)s.experts * s.n * 4);
-    cudaMalloc(&d_ref, s.rows * s.n * 2);
-    cudaMalloc(&d_out, s.rows * s.n * 2);
-    cudaMalloc(&offsets, s.experts * 4);
+    Operands o(s, st);
+    void* a = o.take(s.rows * s.k);
+    void* b = o.take((size_t)s.experts * s.k * s.n);
+    auto* a_scale = static_cast<float*>(o.take(s.rows * 4));
+    auto* b_scale = static_cast<float*>(o.take((size_t)s.experts * s.n * 4));
     fill_fp8<<<2048, 256, 0, st>>>(static_cast<__nv_fp8_e4m3*>(a), s.rows * s.k, 3);
     fill_fp8<<<2048, 256, 0, st>>>(static_cast<__nv_fp8_e4m3*>(b), (int64_t)s.experts * s.k * s.n, 4);
     fill_f32<<<256, 256, 0, st>>>(a_scale, s.rows, 1.f / 64);
     fill_f32<<<256, 256, 0, st>>>(b_scale, (int64_t)s.experts * s.n, 1.f / 64);
-    const std::vector<int32_t> h_off = offsets_for(s.experts, s.rows);
-    cudaMemcpy(offsets, h_off.data(), s.experts * 4, cudaMemcpyHostToDevice);
     Fp8GemmArgs args{};
     args.a = a;
     args.b = b;
     args.a_scale = a_scale;
     args.b_scale = b_scale;
-    args.offsets = offsets;
+    args.offsets = o.offsets;
     args.groups = s.experts;
     args.m_total = s.rows;
     args.n = s.n;
     args.k = s.k;
     args.b_group_stride = s.k * s.n;
     args.scaling = Fp8Scaling::kRowwise;
-    run_shape(s, kFp8, args, d_ref, d_out, sms, st, e0, e1, count, max_diff);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(a_scale);
-    cudaFree(b_scale);
-    cudaFree(d_ref);
-    cudaFree(d_out);
-    cudaFree(offsets);
+    run_shape(s, kFp8, args, o.d_ref, o.d_out, sms, st, e0, e1, count, max_diff);
   }
   return 0;
 }

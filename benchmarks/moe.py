@@ -35,7 +35,9 @@ GEMMs whose ceiling is under the 1.2x the targets ask.
 
 Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
 call: L2 flushed), each implementation of a GEMM timed once in turn and once in the reverse
-order, the two medians averaged (``bench_all``: the clocks drift over a long run). With
+order, the two medians averaged (``bench_all``: the clocks drift over a long run); each row
+keeps how far its two passes were apart (``pass_spread``), and the run closes with the
+largest, the noise its comparisons must exceed. With
 ``--clean-l2`` L2 is flushed by reading a 256 MB buffer instead (``L2_FLUSH``), each call
 timed by CUDA events. Every timed implementation is first checked against
 ``torch._grouped_mm``.
@@ -60,7 +62,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import roofline
 import torch
@@ -291,16 +293,56 @@ def bench_clean_l2(fn: Fn, warmup: int = 25, reps: int = 150) -> float:
     return float(times[len(times) // 2])
 
 
-def bench_all(impls: dict[str, Fn]) -> dict[str, float]:
-    """Median milliseconds of each of `impls`, timed in turn and then again in the reverse
-    order, the two medians averaged: the clocks of a long run drift (a GPU at its power limit
-    slows as it heats), and one pass in each order gives every implementation the same share
-    of the drift. (One pass in a fixed order once measured the same kernel 15% apart as the
-    second and the third implementation timed.)"""
+class Timed(NamedTuple):
+    """One implementation's time: the mean of its two passes' medians (ms), and how far
+    apart the passes were (|first - second| / mean): the noise the run itself saw."""
+
+    ms: float
+    spread: float
+
+
+def bench_all(impls: dict[str, Fn]) -> dict[str, Timed]:
+    """Each of `impls` timed in turn and then again in the reverse order, the two medians
+    averaged: the clocks of a long run drift (a GPU at its power limit slows as it heats),
+    and one pass in each order gives every implementation the same share of the drift. (One
+    pass in a fixed order once measured the same kernel 15% apart as the second and the
+    third implementation timed.) The two passes' distance is kept as the spread."""
     names = list(impls)
     first = {name: bench(impls[name]) for name in names}
     second = {name: bench(impls[name]) for name in reversed(names)}
-    return {name: (first[name] + second[name]) / 2 for name in names}
+    timed = {}
+    for name in names:
+        ms = (first[name] + second[name]) / 2
+        timed[name] = Timed(ms, abs(first[name] - second[name]) / ms if ms > 0 else 0.0)
+    return timed
+
+
+def largest_spread(layers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Of every timed row of `layers` (a run's entries, each with "label", "gemms" and
+    "forward"), the one whose two passes were furthest apart: {"spread", "impl", "where"};
+    None without timed rows. Differences smaller than this are within the run's noise."""
+    timed = [
+        (lay["label"], row)
+        for lay in layers
+        for part in ("gemms", "forward")
+        for row in lay.get(part, ())
+        if "pass_spread" in row
+    ]
+    if not timed:
+        return None
+    label, worst = max(timed, key=lambda item: item[1]["pass_spread"])
+    where = " ".join([label, *(str(worst[key]) for key in ("gemm", "layout") if key in worst)])
+    return {"spread": worst["pass_spread"], "impl": worst["impl"], "where": where}
+
+
+def spread_line(worst: dict[str, Any] | None) -> str:
+    """The closing line on the run's noise (largest_spread)."""
+    if worst is None:
+        return "no timed rows"
+    return (
+        f"largest spread between an implementation's two passes: {worst['spread']:.1%} "
+        f"({worst['impl']}, {worst['where']})"
+    )
 
 
 def active_groups(offsets: torch.Tensor) -> int:
@@ -399,7 +441,7 @@ def gemm_rows(
     times = bench_all(impls)
     result = []
     for impl, err in errors.items():
-        ms = times[impl]
+        ms, spread = times[impl]
         result.append(
             {
                 "gemm": name,
@@ -413,6 +455,7 @@ def gemm_rows(
                 "floor_ms": floor,
                 "of_roof": floor / ms,
                 "rel_err_vs_torch": err,
+                "pass_spread": spread,
             }
         )
         print(
@@ -448,10 +491,17 @@ def forward_rows(
     times = bench_all(impls)
     rows = []
     for impl, err in errors.items():
-        ms = times[impl]
+        ms, spread = times[impl]
         tflops = layer.gemm_flops / ms / 1e9
         rows.append(
-            {"layout": layout, "impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_torch": err}
+            {
+                "layout": layout,
+                "impl": impl,
+                "ms": ms,
+                "tflops": tflops,
+                "rel_err_vs_torch": err,
+                "pass_spread": spread,
+            }
         )
         print(
             f"  forward  {layout:10s} {impl:32s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  err {err:.1e}",
@@ -572,7 +622,7 @@ def fp8_gemm_rows(
             result.append({"gemm": name, "impl": impl, "refused": str(exc).splitlines()[0]})
     times = bench_all({impl: impls[impl] for impl in errors})
     for impl, err in errors.items():
-        ms = times[impl]
+        ms, spread = times[impl]
         tflops = flops / ms / 1e9
         result.append(
             {
@@ -587,6 +637,7 @@ def fp8_gemm_rows(
                 "floor_ms": floor,
                 "of_roof": floor / ms,
                 "rel_err_vs_bf16": err,
+                "pass_spread": spread,
             }
         )
         print(
@@ -633,9 +684,17 @@ def run_fp8_layer(
     errors = {impl: rel(fn(), ref) for impl, fn in impls.items()}
     times = bench_all(impls)
     for impl, err in errors.items():
-        ms = times[impl]
+        ms, spread = times[impl]
         tflops = layer.gemm_flops / ms / 1e9
-        forward.append({"impl": impl, "ms": ms, "tflops": tflops, "rel_err_vs_bf16": err})
+        forward.append(
+            {
+                "impl": impl,
+                "ms": ms,
+                "tflops": tflops,
+                "rel_err_vs_bf16": err,
+                "pass_spread": spread,
+            }
+        )
         print(f"  forward  {impl:34s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  err {err:.1e}")
     torch.cuda.empty_cache()
     return {"layer": layer.__dict__, "label": layer.label, "gemms": gemms, "forward": forward}
@@ -884,11 +943,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fp8": [run_fp8_layer(moe, lay, roofs, forced) for lay in layers],
         }
         fp8["summary"] = fp8_summary(fp8["fp8"])
+        fp8["largest_pass_spread"] = largest_spread(fp8["fp8"])
         fp8["clocks"] = clocks()  # as the timing ends, at the clocks under load
         fp8["roofline"] = roof_table(
             fp8["fp8"], ("gemm",), "torch._scaled_grouped_mm rowwise", "moe_ops rowwise"
         )
         print(f"\n{fp8['environment']}; {clock_line(fp8['clocks'])}")
+        print(spread_line(fp8["largest_pass_spread"]))
         if "geomean" in fp8["summary"]:
             print(
                 f"grouped_mm_fp8 rowwise vs torch._scaled_grouped_mm over "
@@ -911,7 +972,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["layers"].append(entry)
         torch.cuda.empty_cache()
     result["clocks"] = clocks()  # as the timing ends, at the clocks under load
+    result["largest_pass_spread"] = largest_spread(result["layers"])
     print(f"\n{result['environment']}; {clock_line(result['clocks'])}")
+    print(spread_line(result["largest_pass_spread"]))
     print(f"{'layer':22s} {'grouped_mm x torch':>20s} {'forward x torch':>16s}")
     for lay in result["layers"]:
         gemm_x = lay["summary"]["grouped_mm_speedup"]["x"]

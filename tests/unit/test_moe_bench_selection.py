@@ -131,3 +131,41 @@ def test_the_command_refuses_a_bad_selection_in_one_line(tmp_path: Path) -> None
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--models" in lines[0] and "'gpt4'" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_bench_all_averages_both_passes_and_keeps_their_spread(
+    moe: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each implementation returns its own list of pass times, in the order bench() is called.
+    passes = {"a": [1.0, 3.0], "b": [2.0, 2.0]}
+    calls: list[str] = []
+
+    def fake_bench(fn: Any) -> float:
+        name = fn()
+        calls.append(name)
+        return passes[name].pop(0)
+
+    monkeypatch.setattr(moe, "bench", fake_bench)
+    timed = moe.bench_all({"a": lambda: "a", "b": lambda: "b"})
+    assert calls == ["a", "b", "b", "a"]  # in turn, then in the reverse order
+    assert timed["a"] == moe.Timed(2.0, 1.0)
+    assert timed["b"] == moe.Timed(2.0, 0.0)
+
+
+def test_largest_spread_names_the_noisiest_row(moe: ModuleType) -> None:
+    layers = [
+        {
+            "label": "mixtral T4096",
+            "gemms": [
+                {"gemm": "gate_up", "layout": "row-major", "impl": "x", "pass_spread": 0.01},
+                {"gemm": "down", "layout": "transposed", "impl": "y", "pass_spread": 0.07},
+            ],
+            "forward": [{"layout": "row-major", "impl": "z", "pass_spread": 0.02}],
+        },
+        {"label": "fp8 refused", "gemms": [{"gemm": "down", "impl": "w", "refused": "no"}]},
+    ]
+    worst = moe.largest_spread(layers)
+    assert worst == {"spread": 0.07, "impl": "y", "where": "mixtral T4096 down transposed"}
+    assert "7.0%" in moe.spread_line(worst)
+    assert moe.largest_spread(layers[1:]) is None
+    assert moe.spread_line(None) == "no timed rows"

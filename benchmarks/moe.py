@@ -33,14 +33,15 @@ floor ("of roof"), and per GEMM torch's time over the floor ("ceiling x"), the m
 could gain over torch there without beating the measured roofs. The closing table lists the
 GEMMs whose ceiling is under the 1.2x the targets ask.
 
-Times are medians of ``triton.testing.do_bench`` (which zeroes a 256 MB buffer before each
-call: L2 flushed), each implementation of a GEMM timed once in turn and once in the reverse
-order, the two medians averaged (``bench_all``: the clocks drift over a long run); each row
-keeps how far its two passes were apart (``pass_spread``), and the run closes with the
-largest, the noise its comparisons must exceed. With
-``--clean-l2`` L2 is flushed by reading a 256 MB buffer instead (``L2_FLUSH``), each call
-timed by CUDA events. Every timed implementation is first checked against
-``torch._grouped_mm``.
+Times are medians of single calls timed by CUDA events, L2 flushed before each call by
+zeroing a 256 MB buffer (as ``triton.testing.do_bench`` does), the implementations of a GEMM
+interleaved call by call in rotating order (``bench_all``: a GPU at its power limit changes
+its clocks over a run, and every implementation must see the same ones); each row keeps how
+far the medians of the first and second half of its calls were apart (``pass_spread``), and
+the run closes with the largest. Before 2026-12-07 each implementation was timed by
+``do_bench`` in a block of its own, once in turn and once in reverse order. With
+``--clean-l2`` L2 is flushed by reading a 256 MB buffer instead (``L2_FLUSH``). Every timed
+implementation is first checked against ``torch._grouped_mm``.
 
 ``--models``, ``--tokens`` and ``--configs`` narrow a run to some of its regime's layers and
 choose the tile configs forced besides ``auto`` (any the installed moe_ops has, so a build
@@ -294,26 +295,95 @@ def bench_clean_l2(fn: Fn, warmup: int = 25, reps: int = 150) -> float:
 
 
 class Timed(NamedTuple):
-    """One implementation's time: the mean of its two passes' medians (ms), and how far
-    apart the passes were (|first - second| / mean): the noise the run itself saw."""
+    """One implementation's time: the median of its calls (ms), and how far apart the medians
+    of the first and the second half of the rounds were (|first - second| / ms): the drift
+    the run itself saw."""
 
     ms: float
     spread: float
 
 
+#: bench_all's timed GPU time per implementation (ms, the calls alone), as do_bench's two
+#: passes of 150 ms had; and the bounds on its rounds.
+BUDGET_MS = 300.0
+MIN_ROUNDS, MAX_ROUNDS = 20, 2000
+
+
+def rounds_for(estimates_ms: Sequence[float], budget_ms: float = BUDGET_MS) -> int:
+    """Rounds of bench_all for implementations taking `estimates_ms` a call: each gets about
+    `budget_ms` of timed calls, within [MIN_ROUNDS, MAX_ROUNDS]."""
+    per_round = max(sum(estimates_ms), 1e-6)
+    wanted = int(budget_ms * len(estimates_ms) / per_round)
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, wanted))
+
+
+def rotation(names: Sequence[str], round_: int) -> list[str]:
+    """The order of round `round_`: `names` rotated by it, so over len(names) rounds each
+    implementation is timed once in every position."""
+    shift = round_ % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def _flush() -> Fn:
+    """The L2 flush of one timed call, as L2_FLUSH says: zero a FLUSH_BYTES buffer ("dirty",
+    as do_bench does) or read one ("clean")."""
+    buffer = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    return buffer.max if L2_FLUSH == "clean" else buffer.zero_
+
+
+def _timed_calls(order: Sequence[tuple[str, Fn]], flush: Fn) -> list[tuple[str, float]]:
+    """(name, ms) of one call of each of `order` in turn, L2 flushed before each, timed by
+    CUDA events around the call alone."""
+    events = []
+    for name, fn in order:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        start.record()
+        fn()
+        end.record()
+        events.append((name, start, end))
+    torch.cuda.synchronize()
+    return [(name, start.elapsed_time(end)) for name, start, end in events]
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return float(ordered[len(ordered) // 2])
+
+
 def bench_all(impls: dict[str, Fn]) -> dict[str, Timed]:
-    """Each of `impls` timed in turn and then again in the reverse order, the two medians
-    averaged: the clocks of a long run drift (a GPU at its power limit slows as it heats),
-    and one pass in each order gives every implementation the same share of the drift. (One
-    pass in a fixed order once measured the same kernel 15% apart as the second and the
-    third implementation timed.) The two passes' distance is kept as the spread."""
+    """Every implementation of `impls` timed in rounds: each round calls each once (L2
+    flushed before each call, as `bench`), in an order rotated every round (`rotation`).
+
+    A GPU at its power limit slows as it heats and recovers when it idles, so a timing's
+    place in a run matters. Timing each implementation in a block of its own (do_bench), even
+    once in turn and once in reverse, gave the blocks at the ends of the sequence cooler
+    clocks than those in its middle: the same kernel, run as `auto` and forced, measured up to
+    11% apart in one run. Interleaved call by call, every implementation sees the same
+    clocks. Timed: the median of each one's calls, and the distance between the medians of
+    the first and second half of the rounds."""
+    flush = _flush()
+    named = list(impls.items())
+    for _ in range(3):  # warm-up: allocations, lazy loading, autotuning
+        for _name, fn in named:
+            fn()
+    estimate: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(3):
+        for name, ms in _timed_calls(named, flush):
+            estimate[name].append(ms)
+    rounds = rounds_for([_median(times) for times in estimate.values()])
     names = list(impls)
-    first = {name: bench(impls[name]) for name in names}
-    second = {name: bench(impls[name]) for name in reversed(names)}
+    calls: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        order = [(name, impls[name]) for name in rotation(names, round_)]
+        for name, ms in _timed_calls(order, flush):
+            calls[name].append(ms)
     timed = {}
-    for name in names:
-        ms = (first[name] + second[name]) / 2
-        timed[name] = Timed(ms, abs(first[name] - second[name]) / ms if ms > 0 else 0.0)
+    half = rounds // 2
+    for name, times in calls.items():
+        ms = _median(times)
+        first, second = _median(times[:half]), _median(times[half:])
+        timed[name] = Timed(ms, abs(first - second) / ms if ms > 0 else 0.0)
     return timed
 
 
@@ -340,7 +410,7 @@ def spread_line(worst: dict[str, Any] | None) -> str:
     if worst is None:
         return "no timed rows"
     return (
-        f"largest spread between an implementation's two passes: {worst['spread']:.1%} "
+        f"largest spread between the halves of an implementation's calls: {worst['spread']:.1%} "
         f"({worst['impl']}, {worst['where']})"
     )
 

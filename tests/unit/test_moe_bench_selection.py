@@ -133,23 +133,48 @@ def test_the_command_refuses_a_bad_selection_in_one_line(tmp_path: Path) -> None
     assert "Traceback" not in done.stderr and not out.exists()
 
 
-def test_bench_all_averages_both_passes_and_keeps_their_spread(
+def test_rounds_rotate_every_implementation_through_every_position(moe: ModuleType) -> None:
+    names = ["torch", "auto", "forced", "loop"]
+    orders = [moe.rotation(names, r) for r in range(len(names))]
+    for name in names:
+        assert sorted(order.index(name) for order in orders) == [0, 1, 2, 3]
+    assert moe.rotation(names, len(names)) == names
+    # About BUDGET_MS of calls each, within the bounds.
+    assert moe.rounds_for([6.0, 6.0]) == int(moe.BUDGET_MS * 2 / 12.0)
+    assert moe.rounds_for([0.001] * 4) == moe.MAX_ROUNDS
+    assert moe.rounds_for([100.0] * 4) == moe.MIN_ROUNDS
+
+
+def test_interleaving_gives_one_kernel_one_time_wherever_it_stands(
     moe: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Each implementation returns its own list of pass times, in the order bench() is called.
-    passes = {"a": [1.0, 3.0], "b": [2.0, 2.0]}
-    calls: list[str] = []
+    # A GPU whose clocks depend on where a call stands in a round (hot in the middle) and
+    # that slows in the second half of the run: "auto" and "forced" are the same kernel.
+    kernel_ms = {"torch": 2.0, "auto": 1.0, "forced": 1.0, "loop": 3.0}
+    hump = [1.0, 1.1, 1.1, 1.0]
+    state = {"calls": 0}
+    orders: list[list[str]] = []
 
-    def fake_bench(fn: Any) -> float:
-        name = fn()
-        calls.append(name)
-        return passes[name].pop(0)
+    def timed_calls(order: list[tuple[str, Any]], flush: Any) -> list[tuple[str, float]]:
+        orders.append([name for name, _ in order])
+        state["calls"] += 1
+        late = 1.2 if state["calls"] > 3 + 20 else 1.0  # the estimate's 3 rounds, then half
+        return [(name, kernel_ms[name] * hump[i] * late) for i, (name, _) in enumerate(order)]
 
-    monkeypatch.setattr(moe, "bench", fake_bench)
-    timed = moe.bench_all({"a": lambda: "a", "b": lambda: "b"})
-    assert calls == ["a", "b", "b", "a"]  # in turn, then in the reverse order
-    assert timed["a"] == moe.Timed(2.0, 1.0)
-    assert timed["b"] == moe.Timed(2.0, 0.0)
+    monkeypatch.setattr(moe, "_flush", lambda: lambda: None)
+    monkeypatch.setattr(moe, "_timed_calls", timed_calls)
+    monkeypatch.setattr(moe, "rounds_for", lambda estimates: 40)
+    timed = moe.bench_all({name: (lambda: None) for name in kernel_ms})
+    assert timed["auto"] == timed["forced"]
+    assert timed["torch"].ms / timed["auto"].ms == pytest.approx(2.0)
+    # The second half of the rounds ran 20% slower: the halves' medians are 1.1 and 1.32 ms
+    # (each half's calls half at 1.0x, half at 1.1x the kernel's time), the whole's 1.2.
+    assert timed["auto"].ms == pytest.approx(1.2)
+    assert timed["auto"].spread == pytest.approx(0.22 / 1.2)
+    assert len(orders) == 3 + 40  # the estimate's rounds, then the timed ones
+    assert {tuple(order) for order in orders[3:7]} == {
+        tuple(moe.rotation(list(kernel_ms), r)) for r in range(4)
+    }
 
 
 def test_largest_spread_names_the_noisiest_row(moe: ModuleType) -> None:

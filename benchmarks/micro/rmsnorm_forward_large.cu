@@ -424,6 +424,10 @@ int main(int argc, char** argv) {
         if (smem * v.ctas_per_sm > prop.sharedMemPerMultiprocessor - 1024 * v.ctas_per_sm) continue;
         if (smem > prop.sharedMemPerBlockOptin) continue;
       }
+      if (v.kind == 3) {  // v.threads holds the vectors a thread; an SM holds 2048 threads
+        const int threads = hidden / 8 / v.threads;
+        if (threads < 32 || threads * v.ctas_per_sm > 2048) continue;
+      }
       cudaMemsetAsync(y, 0, n * 2, st);  // on the timed stream: ordered before the launch
       cudaGetLastError();
       cudaError_t err = launch_variant(v, y, rstd, x, w, rows, hidden, st);

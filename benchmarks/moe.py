@@ -266,34 +266,6 @@ L2_FLUSH = "dirty"
 FLUSH_BYTES = 256 << 20
 
 
-def bench(fn: Fn) -> float:
-    """Median milliseconds of `fn`, L2 flushed before each call (L2_FLUSH says how)."""
-    if L2_FLUSH == "clean":
-        return bench_clean_l2(fn)
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=25, rep=150, return_mode="median"))
-
-
-def bench_clean_l2(fn: Fn, warmup: int = 25, reps: int = 150) -> float:
-    """Median milliseconds of `fn` over `reps` calls, each after a read of FLUSH_BYTES (a
-    reduction: L2 left holding unmodified lines of that buffer), timed by CUDA events around
-    the call alone."""
-    flush = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends, strict=True):
-        flush.max()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in zip(starts, ends, strict=True))
-    return float(times[len(times) // 2])
-
-
 class Timed(NamedTuple):
     """One implementation's time: the median of its calls (ms), and how far apart the medians
     of the first and the second half of the rounds were (|first - second| / ms): the drift
@@ -353,7 +325,8 @@ def _median(values: Sequence[float]) -> float:
 
 def bench_all(impls: dict[str, Fn]) -> dict[str, Timed]:
     """Every implementation of `impls` timed in rounds: each round calls each once (L2
-    flushed before each call, as `bench`), in an order rotated every round (`rotation`).
+    flushed before each call, as L2_FLUSH says), in an order rotated every round
+    (`rotation`).
 
     A GPU at its power limit slows as it heats and recovers when it idles, so a timing's
     place in a run can matter. Timing each implementation in a block of its own (do_bench),
@@ -363,16 +336,15 @@ def bench_all(impls: dict[str, Fn]) -> dict[str, Timed]:
     of each one's calls, and the distance between the medians of the first and second half
     of the rounds."""
     flush = _flush()
-    named = list(impls.items())
+    names = list(impls)
     for _ in range(3):  # warm-up: allocations, lazy loading, autotuning
-        for _name, fn in named:
+        for fn in impls.values():
             fn()
-    estimate: dict[str, list[float]] = {name: [] for name in impls}
+    estimate: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(3):
-        for name, ms in _timed_calls(named, flush):
+        for name, ms in _timed_calls(list(impls.items()), flush):
             estimate[name].append(ms)
     rounds = rounds_for([_median(times) for times in estimate.values()])
-    names = list(impls)
     calls: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(rounds):
         order = [(name, impls[name]) for name in rotation(names, round_)]
@@ -385,6 +357,11 @@ def bench_all(impls: dict[str, Fn]) -> dict[str, Timed]:
         first, second = _median(times[:half]), _median(times[half:])
         timed[name] = Timed(ms, abs(first - second) / ms if ms > 0 else 0.0)
     return timed
+
+
+def bench(fn: Fn) -> float:
+    """Median milliseconds of `fn` alone, timed as bench_all times each implementation."""
+    return bench_all({"fn": fn})["fn"].ms
 
 
 def largest_spread(layers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -1,12 +1,15 @@
 // launch_gemv (moe_ops' weight-streaming grouped GEMM) on decode shapes, one row an active expert
 // unless named: each call after a 512 MB memset (L2 full of modified lines: "us") and after a
 // 512 MB read (L2 clean: "clean"); medians of 35 CUDA-event times, and the output's relative
-// error against a naive fp32 kernel ("err"). Usage: gemv_decode LABEL
+// error against a naive fp32 kernel ("err"). The row LABEL is gemv_plan's split; with --sweep,
+// a row "split" follows for every split of K the kernel allows (gemv_max_splits), so the
+// plan's pick can be checked against the best. Usage: gemv_decode LABEL [--sweep]
 #include "gemv.cuh"
 #include <cmath>
 #include <cstdio>
 #include <vector>
 #include <algorithm>
+#include <cstring>
 using namespace moe_ops;
 // Reads the buffer (a clean L2 afterwards, unlike a memset that leaves it dirty).
 __global__ void read_flush(const uint4* p, size_t n, unsigned* sink) {
@@ -56,7 +59,11 @@ int main(int argc, char** argv) {
     {"deepseek gate_up T1", 256, 8, 1, 7168, 4096, false}, {"deepseek gate_up T1", 256, 8, 1, 7168, 4096, true},
     {"qwen3 gate_up T8", 128, 64, 1, 2048, 1536, false}, {"qwen3 gate_up T8", 128, 64, 1, 2048, 1536, true},
     {"gptoss gate_up T8 r2", 128, 16, 2, 2880, 5760, false},
+    {"qwen3 down T8", 128, 56, 1, 768, 2048, false}, {"qwen3 down T8", 128, 56, 1, 768, 2048, true},
+    {"qwen3 down T64 r4", 128, 120, 4, 768, 2048, false}, {"qwen3 down T64 r4", 128, 120, 4, 768, 2048, true},
+    {"qwen3 gate_up T64 r4", 128, 120, 4, 2048, 1536, false},
   };
+  const bool sweep = argc > 2 && std::strcmp(argv[2], "--sweep") == 0;
   int dev = 0, sms = 0; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   size_t flush_bytes = 512u << 20; void* flush; cudaMalloc(&flush, flush_bytes);
   cudaStream_t st; cudaStreamCreate(&st);
@@ -80,30 +87,41 @@ int main(int argc, char** argv) {
     reference<<<(int)((m * s.n + 255) / 256), 256, 0, st>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, ref, (int)m, s.n, s.k, s.rows, s.kmajor);
     std::vector<float> href(m * s.n); cudaMemcpy(href.data(), ref, m * s.n * 4, cudaMemcpyDeviceToHost);
     const int slots = sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false>() : gemm::gemv_ctas_per_sm<false, false>());
-    const gemm::GemvPlan pl = gemm::gemv_plan(s.kmajor, s.active, s.n, s.k, slots);
-    std::vector<float> t, tc;
-    for (int it = 0; it < 80; ++it) {
-      const bool clean = it >= 40;
-      if (clean) read_flush<<<sms * 4, 512, 0, st>>>((const uint4*)flush, flush_bytes / 16, (unsigned*)d);
-      else cudaMemsetAsync(flush, it, flush_bytes, st);
-      cudaEventRecord(e0, st);
-      cudaError_t err = s.kmajor ? gemm::launch_gemv<true, false>(args, nullptr, sms, st)
-                                 : gemm::launch_gemv<false, false>(args, nullptr, sms, st);
-      cudaEventRecord(e1, st);
-      if (err != cudaSuccess) { printf("launch error %s\n", cudaGetErrorString(err)); return 1; }
-      cudaEventSynchronize(e1);
-      float ms; cudaEventElapsedTime(&ms, e0, e1); if (it % 40 >= 5) (clean ? tc : t).push_back(ms);
+    // The plan as the op takes it (active = min(groups, m_total), not the experts with rows).
+    const int64_t planned = std::min<int64_t>(s.groups, m);
+    const gemm::GemvPlan chosen = gemm::gemv_plan(s.kmajor, planned, s.n, s.k, slots);
+    std::vector<gemm::GemvPlan> plans{chosen};
+    if (sweep) {
+      for (int sp = 1; sp <= gemm::gemv_max_splits(s.kmajor, s.k); sp *= 2)
+        plans.push_back(gemm::gemv_plan_split(s.kmajor, planned, s.n, s.k, slots, sp, nullptr));
     }
-    if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) { printf("kernel error %s\n", cudaGetErrorString(err)); return 1; }
-    std::vector<__nv_bfloat16> hd(m * s.n); cudaMemcpy(hd.data(), d, m * s.n * 2, cudaMemcpyDeviceToHost);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < hd.size(); ++i) { const double e = __bfloat162float(hd[i]) - href[i]; num += e * e; den += (double)href[i] * href[i]; }
-    std::sort(t.begin(), t.end()); std::sort(tc.begin(), tc.end());
-    const float med = t[t.size() / 2]; const float medc = tc[tc.size() / 2];
-    const double bytes = bbytes + m * s.k * 2.0 + m * s.n * 2.0;
-    printf("%-8s %-22s %-8s us %7.2f clean %7.2f  TB/s %5.2f clean %5.2f  splits %2d cols %4d grid %4d  err %.1e\n", variant, s.name,
-           s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3, bytes / (med * 1e-3) / 1e12, bytes / (medc * 1e-3) / 1e12, pl.k_splits, pl.block_cols, pl.grid, std::sqrt(num / den));
-    cudaMemset(d, 0, m * s.n * 2);
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
+      const gemm::GemvPlan& pl = plans[pi];
+      std::vector<float> t, tc;
+      for (int it = 0; it < 80; ++it) {
+        const bool clean = it >= 40;
+        if (clean) read_flush<<<sms * 4, 512, 0, st>>>((const uint4*)flush, flush_bytes / 16, (unsigned*)d);
+        else cudaMemsetAsync(flush, it, flush_bytes, st);
+        cudaEventRecord(e0, st);
+        cudaError_t err = s.kmajor ? gemm::launch_gemv_plan<true, false>(args, nullptr, pl, st)
+                                   : gemm::launch_gemv_plan<false, false>(args, nullptr, pl, st);
+        cudaEventRecord(e1, st);
+        if (err != cudaSuccess) { printf("launch error %s\n", cudaGetErrorString(err)); return 1; }
+        cudaEventSynchronize(e1);
+        float ms; cudaEventElapsedTime(&ms, e0, e1); if (it % 40 >= 5) (clean ? tc : t).push_back(ms);
+      }
+      if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) { printf("kernel error %s\n", cudaGetErrorString(err)); return 1; }
+      std::vector<__nv_bfloat16> hd(m * s.n); cudaMemcpy(hd.data(), d, m * s.n * 2, cudaMemcpyDeviceToHost);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < hd.size(); ++i) { const double e = __bfloat162float(hd[i]) - href[i]; num += e * e; den += (double)href[i] * href[i]; }
+      std::sort(t.begin(), t.end()); std::sort(tc.begin(), tc.end());
+      const float med = t[t.size() / 2]; const float medc = tc[tc.size() / 2];
+      const double bytes = bbytes + m * s.k * 2.0 + m * s.n * 2.0;
+      printf("%-8s %-22s %-8s us %7.2f clean %7.2f  TB/s %5.2f clean %5.2f  splits %2d cols %4d grid %4d slots %4d  err %.1e\n",
+             pi == 0 ? variant : "split", s.name, s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3,
+             bytes / (med * 1e-3) / 1e12, bytes / (medc * 1e-3) / 1e12, pl.k_splits, pl.block_cols, pl.grid, slots, std::sqrt(num / den));
+      cudaMemset(d, 0, m * s.n * 2);
+    }
     cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(off); cudaFree(ref);
   }
   return 0;

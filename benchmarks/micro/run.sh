@@ -42,7 +42,9 @@ for name in gemv_decode rmsnorm_decode_backward rmsnorm_forward_large; do
   log=$out/micro-$name.txt
   if "$nvcc" -std=c++17 -arch=sm_90a -O3 -DNDEBUG "${flags[@]}" "$here/$name.cu" \
       -o "$bin/$name" >"$log" 2>&1; then
-    [ "$build_only" = 1 ] || "$bin/$name" "$label" >>"$log" 2>&1 || status=1
+    args=("$label")
+    [ "$name" = gemv_decode ] && args+=(--sweep)  # every split of K after the plan's
+    [ "$build_only" = 1 ] || "$bin/$name" "${args[@]}" >>"$log" 2>&1 || status=1
   else
     echo "benchmarks/micro/run.sh: $name did not build (see $log)" >&2
     status=1

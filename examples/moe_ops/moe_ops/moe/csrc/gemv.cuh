@@ -450,43 +450,72 @@ int gemv_ctas_per_sm() {
   return ctas;
 }
 
-// The split of K and the grid, from the shape alone (so a config's result never depends on
-// anything but its arguments). `active` = min(groups, m_total) bounds the groups with rows.
-// Among the splits whose slices keep a thread's loads in flight (at least one unrolled step
-// each), take the one whose tasks fill the resident CTAs best: the fraction of the last wave
-// that is busy (all of it when the tasks divide evenly), the smaller split on a tie.
-inline GemvPlan gemv_plan(bool k_major, int64_t active, int64_t n, int64_t k, int slots) {
+// The plan of one split of K: `splits` slices, the column blocks the CTA's remaining thread
+// groups cover, and a grid of at most `slots` persistent CTAs. `fill` receives the fraction of
+// the last wave of tasks that is busy (all of it when the tasks divide evenly).
+// `active` = min(groups, m_total) bounds the groups with rows.
+inline GemvPlan gemv_plan_split(bool k_major, int64_t active, int64_t n, int64_t k, int slots,
+                                int splits, double* fill) {
   const int units = k_major ? kGemvWarps : kGemvRowGroups;  // threads' groups that split K
   const int unit_cols = k_major ? 2 : kGemvRowCols;
-  const int64_t min_slice = k_major ? kGemvColStep * kGemvColUnroll : 2 * kGemvRowUnroll;
   const int64_t slice_step = k_major ? kGemvColStep : kGemvRowUnroll;
+  const int block_cols = (units / splits) * unit_cols;
+  const int64_t col_blocks = (n + block_cols - 1) / block_cols;
+  const int64_t tasks = active * col_blocks;
+  double f = 1.0;
+  if (tasks < slots) {
+    f = static_cast<double>(tasks) / slots;
+  } else if (tasks % slots != 0) {
+    const double waves = static_cast<double>(tasks) / slots;
+    f = waves / static_cast<double>((tasks + slots - 1) / slots);
+  }
+  if (fill != nullptr) {
+    *fill = f;
+  }
+  const int64_t raw = (k + splits - 1) / splits;
+  GemvPlan plan{};
+  plan.k_splits = splits;
+  plan.k_slice = static_cast<int>((raw + slice_step - 1) / slice_step * slice_step);
+  plan.block_cols = block_cols;
+  plan.col_blocks = static_cast<int>(col_blocks);
+  plan.grid = static_cast<int>(tasks < slots ? (tasks > 0 ? tasks : 1) : slots);
+  return plan;
+}
+
+// The largest split of K a launch may take: every slice keeps a thread's loads in flight (at
+// least one unrolled step each), and splits divide the CTA's thread groups.
+inline int gemv_max_splits(bool k_major, int64_t k) {
+  const int units = k_major ? kGemvWarps : kGemvRowGroups;
+  const int64_t min_slice = k_major ? kGemvColStep * kGemvColUnroll : 2 * kGemvRowUnroll;
+  int splits = 1;
+  while (splits * 2 <= units && k / (splits * 2) >= min_slice) {
+    splits *= 2;
+  }
+  return splits;
+}
+
+// The split of K and the grid, from the shape alone (so a config's result never depends on
+// anything but its arguments). Among the splits gemv_max_splits allows, take the one whose
+// tasks fill the resident CTAs best (gemv_plan_split's fill), the smaller split on a tie.
+inline GemvPlan gemv_plan(bool k_major, int64_t active, int64_t n, int64_t k, int slots) {
   GemvPlan best{};
   double best_fill = -1.0;
-  for (int splits = 1; splits <= units; splits *= 2) {
-    if (splits > 1 && k / splits < min_slice) {
-      break;
-    }
-    const int block_cols = (units / splits) * unit_cols;
-    const int64_t col_blocks = (n + block_cols - 1) / block_cols;
-    const int64_t tasks = active * col_blocks;
-    double fill = 1.0;
-    if (tasks < slots) {
-      fill = static_cast<double>(tasks) / slots;
-    } else if (tasks % slots != 0) {
-      const double waves = static_cast<double>(tasks) / slots;
-      fill = waves / static_cast<double>((tasks + slots - 1) / slots);
-    }
+  const int most = gemv_max_splits(k_major, k);
+  for (int splits = 1; splits <= most; splits *= 2) {
+    double fill = 0.0;
+    const GemvPlan plan = gemv_plan_split(k_major, active, n, k, slots, splits, &fill);
     if (fill > best_fill + 1e-9) {
       best_fill = fill;
-      const int64_t raw = (k + splits - 1) / splits;
-      best.k_splits = splits;
-      best.k_slice = static_cast<int>((raw + slice_step - 1) / slice_step * slice_step);
-      best.block_cols = block_cols;
-      best.col_blocks = static_cast<int>(col_blocks);
-      best.grid = static_cast<int>(tasks < slots ? (tasks > 0 ? tasks : 1) : slots);
+      best = plan;
     }
   }
   return best;
+}
+
+// CTAs of this layout's kernel that can be resident on the device at once.
+template <bool KMajor, bool SiluMul>
+int gemv_slots(int sm_count) {
+  return gemv_ctas_per_sm<KMajor, SiluMul>() * sm_count;
 }
 
 // Launches the kernel of this layout. False when it cannot take these groups (more groups
@@ -495,11 +524,11 @@ inline bool gemv_fits(int64_t groups, int64_t m_total) {
   return (m_total < groups ? m_total : groups) <= kGemvMaxActive;
 }
 
+// Launches the kernel of this layout with `plan` (gemv_plan's, or another split's for a
+// benchmark).
 template <bool KMajor, bool SiluMul>
-cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_count,
-                        cudaStream_t stream) {
-  const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
-  const int slots = gemv_ctas_per_sm<KMajor, SiluMul>() * sm_count;
+cudaError_t launch_gemv_plan(const GroupedGemmArgs& args, int32_t* errors, const GemvPlan& plan,
+                             cudaStream_t stream) {
   GemvArgs p;
   p.a = static_cast<const __nv_bfloat16*>(args.a);
   p.b = static_cast<const __nv_bfloat16*>(args.b);
@@ -511,13 +540,22 @@ cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_cou
   p.m_total = static_cast<int>(args.m_total);
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);
-  p.plan = gemv_plan(KMajor, active, args.n, args.k, slots);
+  p.plan = plan;
   if constexpr (KMajor) {
     gemv_colb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   } else {
     gemv_rowb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
+}
+
+template <bool KMajor, bool SiluMul>
+cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_count,
+                        cudaStream_t stream) {
+  const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
+  const GemvPlan plan =
+      gemv_plan(KMajor, active, args.n, args.k, gemv_slots<KMajor, SiluMul>(sm_count));
+  return launch_gemv_plan<KMajor, SiluMul>(args, errors, plan, stream);
 }
 
 }  // namespace moe_ops::gemm

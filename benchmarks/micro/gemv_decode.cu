@@ -1,15 +1,18 @@
 // launch_gemv (moe_ops' weight-streaming grouped GEMM) on decode shapes, one row an active expert
 // unless named: each call after a 512 MB memset (L2 full of modified lines: "us") and after a
 // 512 MB read (L2 clean: "clean"); medians of 35 CUDA-event times, and the output's relative
-// error against a naive fp32 kernel ("err"). The row LABEL is gemv_plan's split; with --sweep,
-// a row "split" follows for every split of K the kernel allows (gemv_max_splits), so the
-// plan's pick can be checked against the best. Usage: gemv_decode LABEL [--sweep]
+// error against a naive fp32 kernel ("err"). The row LABEL is gemv_plan's split with the
+// weight load gemv_weight_load picks; rows "load-0", "load-1", "load-2" time the same
+// split with each weight load (GemvLoad: plain, streaming, evict-first); with --sweep, a row
+// "split" follows for every split of K the kernel allows (gemv_max_splits), so the plan's
+// pick can be checked against the best. Usage: gemv_decode LABEL [--sweep]
 #include "gemv.cuh"
 #include <cmath>
 #include <cstdio>
 #include <vector>
 #include <algorithm>
 #include <cstring>
+#include <string>
 using namespace moe_ops;
 // Reads the buffer (a clean L2 afterwards, unlike a memset that leaves it dirty).
 __global__ void read_flush(const uint4* p, size_t n, unsigned* sink) {
@@ -39,6 +42,18 @@ __global__ void reference(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
     acc += __bfloat162float(a[(size_t)r * k + kk]) * w;
   }
   out[idx] = acc;
+}
+// launch_gemv_plan of the layout and weight load named at run time.
+template <bool KMajor>
+cudaError_t launch_layout(gemm::GemvLoad load, const GroupedGemmArgs& args, const gemm::GemvPlan& pl, cudaStream_t st) {
+  switch (load) {
+    case gemm::GemvLoad::kStreaming: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kStreaming>(args, nullptr, pl, st);
+    case gemm::GemvLoad::kEvictFirst: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kEvictFirst>(args, nullptr, pl, st);
+    default: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kPlain>(args, nullptr, pl, st);
+  }
+}
+cudaError_t launch(bool kmajor, gemm::GemvLoad load, const GroupedGemmArgs& args, const gemm::GemvPlan& pl, cudaStream_t st) {
+  return kmajor ? launch_layout<true>(load, args, pl, st) : launch_layout<false>(load, args, pl, st);
 }
 struct Shape { const char* name; int groups, active, rows, k, n; bool kmajor; };
 int main(int argc, char** argv) {
@@ -86,25 +101,29 @@ int main(int argc, char** argv) {
     float* ref; cudaMalloc(&ref, m * s.n * 4);
     reference<<<(int)((m * s.n + 255) / 256), 256, 0, st>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, ref, (int)m, s.n, s.k, s.rows, s.kmajor);
     std::vector<float> href(m * s.n); cudaMemcpy(href.data(), ref, m * s.n * 4, cudaMemcpyDeviceToHost);
-    const int slots = sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false>() : gemm::gemv_ctas_per_sm<false, false>());
+    const int slots = sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false, gemm::GemvLoad::kPlain>()
+                                      : gemm::gemv_ctas_per_sm<false, false, gemm::GemvLoad::kPlain>());
     // The plan as the op takes it (active = min(groups, m_total), not the experts with rows).
     const int64_t planned = std::min<int64_t>(s.groups, m);
     const gemm::GemvPlan chosen = gemm::gemv_plan(s.kmajor, planned, s.n, s.k, slots);
-    std::vector<gemm::GemvPlan> plans{chosen};
+    struct Run { gemm::GemvPlan plan; gemm::GemvLoad load; std::string label; };
+    const gemm::GemvLoad picked = gemm::gemv_weight_load(planned, s.n, s.k);
+    std::vector<Run> plans{{chosen, picked, variant}};
+    for (gemm::GemvLoad load : {gemm::GemvLoad::kPlain, gemm::GemvLoad::kStreaming, gemm::GemvLoad::kEvictFirst})
+      plans.push_back({chosen, load, "load-" + std::to_string(static_cast<int>(load))});
     if (sweep) {
       for (int sp = 1; sp <= gemm::gemv_max_splits(s.kmajor, s.k); sp *= 2)
-        plans.push_back(gemm::gemv_plan_split(s.kmajor, planned, s.n, s.k, slots, sp, nullptr));
+        plans.push_back({gemm::gemv_plan_split(s.kmajor, planned, s.n, s.k, slots, sp, nullptr), picked, "split"});
     }
     for (size_t pi = 0; pi < plans.size(); ++pi) {
-      const gemm::GemvPlan& pl = plans[pi];
+      const gemm::GemvPlan& pl = plans[pi].plan;
       std::vector<float> t, tc;
       for (int it = 0; it < 80; ++it) {
         const bool clean = it >= 40;
         if (clean) read_flush<<<sms * 4, 512, 0, st>>>((const uint4*)flush, flush_bytes / 16, (unsigned*)d);
         else cudaMemsetAsync(flush, it, flush_bytes, st);
         cudaEventRecord(e0, st);
-        cudaError_t err = s.kmajor ? gemm::launch_gemv_plan<true, false>(args, nullptr, pl, st)
-                                   : gemm::launch_gemv_plan<false, false>(args, nullptr, pl, st);
+        cudaError_t err = launch(s.kmajor, plans[pi].load, args, pl, st);
         cudaEventRecord(e1, st);
         if (err != cudaSuccess) { printf("launch error %s\n", cudaGetErrorString(err)); return 1; }
         cudaEventSynchronize(e1);
@@ -118,7 +137,7 @@ int main(int argc, char** argv) {
       const float med = t[t.size() / 2]; const float medc = tc[tc.size() / 2];
       const double bytes = bbytes + m * s.k * 2.0 + m * s.n * 2.0;
       printf("%-8s %-22s %-8s us %7.2f clean %7.2f  TB/s %5.2f clean %5.2f  splits %2d cols %4d grid %4d slots %4d  err %.1e\n",
-             pi == 0 ? variant : "split", s.name, s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3,
+             plans[pi].label.c_str(), s.name, s.kmajor ? "K-major" : "row", med * 1e3, medc * 1e3,
              bytes / (med * 1e-3) / 1e12, bytes / (medc * 1e-3) / 1e12, pl.k_splits, pl.block_cols, pl.grid, slots, std::sqrt(num / den));
       cudaMemset(d, 0, m * s.n * 2);
     }

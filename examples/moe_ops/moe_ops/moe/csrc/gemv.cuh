@@ -110,6 +110,42 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
 
+// How the kernels load the weights, which a call reads once: as any load, as streaming data
+// (ld.global.cs: evict-first in L1 and L2), or with L2's evict_first priority and no L1 line.
+// An evict-first line is the first one L2 replaces, so weights streaming through evict each
+// other rather than the lines other kernels left; a modified line must be written back to HBM
+// before it is replaced, which takes bandwidth from the stream. With a clean L2 the three
+// time the same. gemv_weight_load picks.
+enum class GemvLoad : int { kPlain = 0, kStreaming = 1, kEvictFirst = 2 };
+
+// The weight bytes up to which a call loads them as streaming data. Measured on an H100
+// (benchmarks/micro/gemv_decode.cu, L2 full of modified lines, docs/moe_ops.md): streaming
+// loads took 8-15% off the one-token GEMMs of 50-84 MB of weights, 1-3.5% off 168-235 MB,
+// and added 1.4-3.9% to 352-671 MB; with a clean L2 all within 4%, most within 1%.
+constexpr int64_t kGemvStreamingMaxBytes = int64_t{256} << 20;
+
+// The load for a call that reads at most `active` experts' n x k bf16 weights.
+inline GemvLoad gemv_weight_load(int64_t active, int64_t n, int64_t k) {
+  return active * n * k * 2 <= kGemvStreamingMaxBytes ? GemvLoad::kStreaming : GemvLoad::kPlain;
+}
+
+template <GemvLoad L>
+__device__ __forceinline__ uint4 load_weight16(const __nv_bfloat16* p) {
+  if constexpr (L == GemvLoad::kStreaming) {
+    return __ldcs(reinterpret_cast<const uint4*>(p));
+  } else if constexpr (L == GemvLoad::kEvictFirst) {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    uint4 v;
+    asm("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(policy));
+    return v;
+  } else {
+    return load16(p);
+  }
+}
+
 // Builds `list` from the offsets (every thread of the CTA calls it) and, in CTA 0, reports
 // what is invalid. Chunks of 256 groups: a running max clamps them as the checked setup does,
 // a running count places the groups with rows.
@@ -192,7 +228,7 @@ __device__ __forceinline__ void gemv_store(const float* sums, int cols, int rows
 // One pass of a K-major warp: rows 0..R-1 (the first `rows` of them real) of A against the
 // warp's two columns, this lane's k from k_first in steps of kGemvColStep up to k_end, in
 // ascending k (so R = 1 sums exactly as the R = kGemvRows pass does for its first row).
-template <int R, int U>
+template <int R, int U, GemvLoad L>
 __device__ __forceinline__ void gemv_colb_pass(const __nv_bfloat16* b0, const __nv_bfloat16* b1,
                                                const __nv_bfloat16* a, int k, int rows,
                                                int k_first, int k_end, float (&acc0)[kGemvRows],
@@ -205,8 +241,8 @@ __device__ __forceinline__ void gemv_colb_pass(const __nv_bfloat16* b0, const __
     for (int u = 0; u < U; ++u) {
       const int kk = k0 + u * kGemvColStep;
       const bool in = kk < k_end;
-      v0[u] = in ? load16(b0 + kk) : make_uint4(0, 0, 0, 0);
-      v1[u] = in ? load16(b1 + kk) : make_uint4(0, 0, 0, 0);
+      v0[u] = in ? load_weight16<L>(b0 + kk) : make_uint4(0, 0, 0, 0);
+      v1[u] = in ? load_weight16<L>(b1 + kk) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         xa[r][u] = in && r < rows ? load16(a + static_cast<int64_t>(r) * k + kk)
@@ -237,7 +273,7 @@ __device__ __forceinline__ void gemv_colb_pass(const __nv_bfloat16* b0, const __
 // [k_begin, k_end), U k rows of B in flight; k ascending, so every R and U sums a row in the
 // same order. (k_end - k_begin) is a multiple of 8 (k_slice and K are); a U = 16 pass ends
 // with one 8-row step when it is not a multiple of 16.
-template <int R, int U>
+template <int R, int U, GemvLoad L>
 __device__ __forceinline__ void gemv_rowb_steps(const __nv_bfloat16* b, int n,
                                                 const __nv_bfloat16* a, int k, int rows,
                                                 int& k0, int k_end, float (&acc)[kGemvRows][8]) {
@@ -247,7 +283,7 @@ __device__ __forceinline__ void gemv_rowb_steps(const __nv_bfloat16* b, int n,
     uint4 xa[R][U / 8];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      wv[u] = load16(b + static_cast<int64_t>(k0 + u) * n);
+      wv[u] = load_weight16<L>(b + static_cast<int64_t>(k0 + u) * n);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -286,7 +322,7 @@ __device__ __forceinline__ void gemv_rowb_steps(const __nv_bfloat16* b, int n,
 }
 
 // K-major B: warp (column pair cp, K slice s) of the block; partial[s][r][c].
-template <bool SiluMul>
+template <bool SiluMul, GemvLoad L>
 __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
   __shared__ GemvGroupList list;
   // [k_splits][kGemvRows][block_cols] with k_splits * block_cols = 2 * kGemvWarps, then the
@@ -324,9 +360,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
       if (live) {
         const int k_first = k_begin + lane * 8;
         if (m == 1) {
-          gemv_colb_pass<1, kGemvColUnroll>(b0, b1, a, p.k, 1, k_first, k_end, acc0, acc1);
+          gemv_colb_pass<1, kGemvColUnroll, L>(b0, b1, a, p.k, 1, k_first, k_end, acc0, acc1);
         } else {
-          gemv_colb_pass<kGemvRows, kGemvColUnroll>(b0, b1, a, p.k, rows, k_first, k_end, acc0,
+          gemv_colb_pass<kGemvRows, kGemvColUnroll, L>(b0, b1, a, p.k, rows, k_first, k_end, acc0,
                                                     acc1);
         }
       }
@@ -365,7 +401,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_colb_kernel(GemvArgs p) {
 }
 
 // Row-major B: lane group (column group cg, K slice s) of the block; partial[s][r][c].
-template <bool SiluMul>
+template <bool SiluMul, GemvLoad L>
 __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
   __shared__ GemvGroupList list;
   // [k_splits][kGemvRows][block_cols] with k_splits * block_cols = 64 * 32; the block's sums
@@ -405,10 +441,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
       if (live) {
         int k0 = k_begin;
         if (m == 1) {
-          gemv_rowb_steps<1, kGemvRowOneRowUnroll>(b, p.n, a, p.k, 1, k0, k_end, acc);
-          gemv_rowb_steps<1, kGemvRowUnroll>(b, p.n, a, p.k, 1, k0, k_end, acc);
+          gemv_rowb_steps<1, kGemvRowOneRowUnroll, L>(b, p.n, a, p.k, 1, k0, k_end, acc);
+          gemv_rowb_steps<1, kGemvRowUnroll, L>(b, p.n, a, p.k, 1, k0, k_end, acc);
         } else {
-          gemv_rowb_steps<kGemvRows, kGemvRowUnroll>(b, p.n, a, p.k, rows, k0, k_end, acc);
+          gemv_rowb_steps<kGemvRows, kGemvRowUnroll, L>(b, p.n, a, p.k, rows, k0, k_end, acc);
         }
       }
 #pragma unroll
@@ -436,15 +472,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rowb_kernel(GemvArgs p) {
 }
 
 // CTAs of this kernel resident on one SM (the occupancy calculator, asked once a process).
-template <bool KMajor, bool SiluMul>
+template <bool KMajor, bool SiluMul, GemvLoad L>
 int gemv_ctas_per_sm() {
   static const int ctas = [] {
     int blocks = 0;
     const cudaError_t err =
         KMajor ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                     &blocks, gemv_colb_kernel<SiluMul>, kGemvThreads, 0)
+                     &blocks, gemv_colb_kernel<SiluMul, L>, kGemvThreads, 0)
                : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                     &blocks, gemv_rowb_kernel<SiluMul>, kGemvThreads, 0);
+                     &blocks, gemv_rowb_kernel<SiluMul, L>, kGemvThreads, 0);
     return err == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return ctas;
@@ -513,9 +549,9 @@ inline GemvPlan gemv_plan(bool k_major, int64_t active, int64_t n, int64_t k, in
 }
 
 // CTAs of this layout's kernel that can be resident on the device at once.
-template <bool KMajor, bool SiluMul>
+template <bool KMajor, bool SiluMul, GemvLoad L>
 int gemv_slots(int sm_count) {
-  return gemv_ctas_per_sm<KMajor, SiluMul>() * sm_count;
+  return gemv_ctas_per_sm<KMajor, SiluMul, L>() * sm_count;
 }
 
 // Launches the kernel of this layout. False when it cannot take these groups (more groups
@@ -525,8 +561,8 @@ inline bool gemv_fits(int64_t groups, int64_t m_total) {
 }
 
 // Launches the kernel of this layout with `plan` (gemv_plan's, or another split's for a
-// benchmark).
-template <bool KMajor, bool SiluMul>
+// benchmark) and the weight load L (gemv_weight_load's, or another for a benchmark).
+template <bool KMajor, bool SiluMul, GemvLoad L>
 cudaError_t launch_gemv_plan(const GroupedGemmArgs& args, int32_t* errors, const GemvPlan& plan,
                              cudaStream_t stream) {
   GemvArgs p;
@@ -542,9 +578,9 @@ cudaError_t launch_gemv_plan(const GroupedGemmArgs& args, int32_t* errors, const
   p.k = static_cast<int>(args.k);
   p.plan = plan;
   if constexpr (KMajor) {
-    gemv_colb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
+    gemv_colb_kernel<SiluMul, L><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   } else {
-    gemv_rowb_kernel<SiluMul><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
+    gemv_rowb_kernel<SiluMul, L><<<p.plan.grid, kGemvThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }
@@ -553,9 +589,13 @@ template <bool KMajor, bool SiluMul>
 cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_count,
                         cudaStream_t stream) {
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
-  const GemvPlan plan =
-      gemv_plan(KMajor, active, args.n, args.k, gemv_slots<KMajor, SiluMul>(sm_count));
-  return launch_gemv_plan<KMajor, SiluMul>(args, errors, plan, stream);
+  // Both loads' kernels take the same registers and shared memory, so the same slots.
+  const GemvPlan plan = gemv_plan(KMajor, active, args.n, args.k,
+                                  gemv_slots<KMajor, SiluMul, GemvLoad::kPlain>(sm_count));
+  if (gemv_weight_load(active, args.n, args.k) == GemvLoad::kStreaming) {
+    return launch_gemv_plan<KMajor, SiluMul, GemvLoad::kStreaming>(args, errors, plan, stream);
+  }
+  return launch_gemv_plan<KMajor, SiluMul, GemvLoad::kPlain>(args, errors, plan, stream);
 }
 
 }  // namespace moe_ops::gemm

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import functools
 import shutil
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["NO_TOOLKIT", "SYSTEM_ONLY", "nvcc", "system_nvcc"]
+import pytest
+
+__all__ = ["NO_TOOLKIT", "SYSTEM_ONLY", "host_program", "nvcc", "system_nvcc"]
 
 #: The skip reason of a test that builds, on a machine without a CUDA toolkit.
 NO_TOOLKIT = (
@@ -23,6 +27,21 @@ SYSTEM_ONLY = "needs the system CUDA toolkit (nvcc on PATH); the CUDA wheels do 
 def system_nvcc() -> str | None:
     """The system toolkit's nvcc on PATH, if any."""
     return shutil.which("nvcc")
+
+
+def host_program(sources: Sequence[Path], include: Path, output: Path, reason: str) -> Path:
+    """`sources` (host C++ or CUDA) compiled by the system nvcc into the program `output`,
+    C++17, `include` on the include path; the calling test skips with `reason` without it."""
+    found = system_nvcc()
+    if found is None:
+        pytest.skip(reason)
+    subprocess.run(
+        [found, "-std=c++17", f"-I{include}", *map(str, sources), "-o", str(output)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return output
 
 
 @functools.cache

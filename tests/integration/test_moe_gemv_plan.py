@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from benchmark_modules import import_benchmark
-from toolkits import system_nvcc
+from toolkits import host_program
 
 CSRC = Path(__file__).resolve().parents[2] / "examples/moe_ops/moe_ops/moe/csrc"
 STREAMING_MAX_BYTES = 256 << 20  # docs/moe_ops.md: "at most 256 MiB"
@@ -76,17 +76,13 @@ Ask = Callable[[list[Query]], list[Answer]]
 
 @pytest.fixture(scope="module")
 def gemv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kernel, Ask]]:
-    nvcc = system_nvcc()
-    if nvcc is None:
-        pytest.skip("needs the system CUDA toolkit (nvcc on PATH) for gemv.cuh's CUDA headers")
     work = tmp_path_factory.mktemp("gemv_plan")
     (work / "driver.cu").write_text(DRIVER)
-    binary = work / "plan"
-    subprocess.run(
-        [nvcc, "-std=c++17", f"-I{CSRC}", str(work / "driver.cu"), "-o", str(binary)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    binary = host_program(
+        [work / "driver.cu"],
+        CSRC,
+        work / "plan",
+        "needs the system CUDA toolkit (nvcc on PATH) for gemv.cuh's CUDA headers",
     )
 
     def run(lines: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from benchmark_modules import import_benchmark
-from toolkits import system_nvcc
+from toolkits import host_program
 
 CSRC = Path(__file__).resolve().parents[2] / "examples/moe_ops/moe_ops/moe/csrc"
 SMS = 132
@@ -60,25 +60,13 @@ Rule = Callable[[list[Query]], list[str]]
 
 @pytest.fixture(scope="module")
 def rule(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rule]:
-    nvcc = system_nvcc()
-    if nvcc is None:
-        pytest.skip("needs the system CUDA toolkit (nvcc on PATH) for moe.h's CUDA headers")
     work = tmp_path_factory.mktemp("moe_rule")
     (work / "driver.cpp").write_text(DRIVER)
-    binary = work / "rule"
-    subprocess.run(
-        [
-            nvcc,
-            "-std=c++17",
-            f"-I{CSRC}",
-            str(CSRC / "gemm_rule.cpp"),
-            str(work / "driver.cpp"),
-            "-o",
-            str(binary),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    binary = host_program(
+        [CSRC / "gemm_rule.cpp", work / "driver.cpp"],
+        CSRC,
+        work / "rule",
+        "needs the system CUDA toolkit (nvcc on PATH) for moe.h's CUDA headers",
     )
 
     def picks(queries: list[Query]) -> list[str]:

@@ -2,8 +2,8 @@
 // unless named: each call after a 512 MB memset (L2 full of modified lines: "us") and after a
 // 512 MB read (L2 clean: "clean"); medians of 35 CUDA-event times, and the output's relative
 // error against a naive fp32 kernel ("err"). The row LABEL is gemv_plan's split with the
-// weight load gemv_weight_load picks; rows "load-0", "load-1", "load-2" time the same
-// split with each weight load (GemvLoad: plain, streaming, evict-first); with --sweep, a row
+// weight load gemv_weight_load picks; rows "load-0", "load-1" time the same split
+// with each weight load (GemvLoad: plain, streaming); with --sweep, a row
 // "split" follows for every split of K the kernel allows (gemv_max_splits), so the plan's
 // pick can be checked against the best. Usage: gemv_decode LABEL [--sweep]
 #include "gemv.cuh"
@@ -48,7 +48,6 @@ template <bool KMajor>
 cudaError_t launch_layout(gemm::GemvLoad load, const GroupedGemmArgs& args, const gemm::GemvPlan& pl, cudaStream_t st) {
   switch (load) {
     case gemm::GemvLoad::kStreaming: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kStreaming>(args, nullptr, pl, st);
-    case gemm::GemvLoad::kEvictFirst: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kEvictFirst>(args, nullptr, pl, st);
     default: return gemm::launch_gemv_plan<KMajor, false, gemm::GemvLoad::kPlain>(args, nullptr, pl, st);
   }
 }
@@ -109,7 +108,7 @@ int main(int argc, char** argv) {
     struct Run { gemm::GemvPlan plan; gemm::GemvLoad load; std::string label; };
     const gemm::GemvLoad picked = gemm::gemv_weight_load(planned, s.n, s.k);
     std::vector<Run> plans{{chosen, picked, variant}};
-    for (gemm::GemvLoad load : {gemm::GemvLoad::kPlain, gemm::GemvLoad::kStreaming, gemm::GemvLoad::kEvictFirst})
+    for (gemm::GemvLoad load : {gemm::GemvLoad::kPlain, gemm::GemvLoad::kStreaming})
       plans.push_back({chosen, load, "load-" + std::to_string(static_cast<int>(load))});
     if (sweep) {
       for (int sp = 1; sp <= gemm::gemv_max_splits(s.kmajor, s.k); sp *= 2)

@@ -110,13 +110,13 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
 
-// How the kernels load the weights, which a call reads once: as any load, as streaming data
-// (ld.global.cs: evict-first in L1 and L2), or with L2's evict_first priority and no L1 line.
+// How the kernels load the weights, which a call reads once: as any load, or as streaming
+// data (ld.global.cs: evict-first in L1 and L2; an L2 evict_first policy timed the same).
 // An evict-first line is the first one L2 replaces, so weights streaming through evict each
 // other rather than the lines other kernels left; a modified line must be written back to HBM
-// before it is replaced, which takes bandwidth from the stream. With a clean L2 the three
+// before it is replaced, which takes bandwidth from the stream. With a clean L2 the loads
 // timed within 4% of each other, most within 1%. gemv_weight_load picks.
-enum class GemvLoad : int { kPlain = 0, kStreaming = 1, kEvictFirst = 2 };
+enum class GemvLoad : int { kPlain = 0, kStreaming = 1 };
 
 // The weight bytes up to which a call loads them as streaming data. Measured on an H100
 // (benchmarks/micro/gemv_decode.cu, L2 full of modified lines, docs/moe_ops.md): streaming
@@ -133,14 +133,6 @@ template <GemvLoad L>
 __device__ __forceinline__ uint4 load_weight16(const __nv_bfloat16* p) {
   if constexpr (L == GemvLoad::kStreaming) {
     return __ldcs(reinterpret_cast<const uint4*>(p));
-  } else if constexpr (L == GemvLoad::kEvictFirst) {
-    uint64_t policy;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    uint4 v;
-    asm("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(policy));
-    return v;
   } else {
     return load16(p);
   }

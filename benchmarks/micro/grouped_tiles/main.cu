@@ -5,7 +5,9 @@
 // them; a run with 50% measured tail effects the benchmark's routing does not have). Prints milliseconds a call (the
 // median of 5 timings of 5 back-to-back calls), TFLOP/s, each tile's time against the shipped
 // cooperative tile's, and how many outputs differ from the shipped tile's (the same K order:
-// 0 expected) with the largest difference. Built by build.sh (needs the CUTLASS headers).
+// 0 expected) with the largest difference; for FP8 also the output's error against a float64
+// GEMM of the same e4m3 inputs on every 97th row (rms of the error over rms of the result:
+// bf16's rounding alone is about 1e-3). Built by build.sh (needs the CUTLASS headers).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -27,7 +29,11 @@ namespace moe_ops {
 DECLARE(tiles_coop2x2, GroupedGemmArgs)
 DECLARE(tiles_coop256x128c12, GroupedGemmArgs)
 DECLARE(tiles_coop256x128c21, GroupedGemmArgs)
-DECLARE(tiles_fp8_coop2x1, Fp8GemmArgs)
+DECLARE(tiles_fp8_coop_p8, Fp8GemmArgs)
+DECLARE(tiles_fp8_coop_p16, Fp8GemmArgs)
+DECLARE(tiles_fp8_pong_p8, Fp8GemmArgs)
+DECLARE(tiles_fp8_coop_fast, Fp8GemmArgs)
+DECLARE(tiles_fp8_coop128x256_fast, Fp8GemmArgs)
 #undef DECLARE
 }  // namespace moe_ops
 
@@ -53,7 +59,14 @@ static const Tile<Fp8GemmArgs> kFp8[] = {
      gemm_fp8_rowwise_run},
     {"fp8 pingpong 64x128x128 1x2 (shipped)", gemm_fp8_rowwise_pong_workspace_size,
      gemm_fp8_rowwise_pong_run},
-    {"fp8 cooperative 128x128x128 2x1", tiles_fp8_coop2x1_workspace_size, tiles_fp8_coop2x1_run},
+    {"fp8 cooperative, promoted every 8", tiles_fp8_coop_p8_workspace_size,
+     tiles_fp8_coop_p8_run},
+    {"fp8 cooperative, promoted every 16", tiles_fp8_coop_p16_workspace_size,
+     tiles_fp8_coop_p16_run},
+    {"fp8 pingpong, promoted every 8", tiles_fp8_pong_p8_workspace_size, tiles_fp8_pong_p8_run},
+    {"fp8 cooperative FastAccum", tiles_fp8_coop_fast_workspace_size, tiles_fp8_coop_fast_run},
+    {"fp8 cooperative 128x256x128 FastAccum", tiles_fp8_coop128x256_fast_workspace_size,
+     tiles_fp8_coop128x256_fast_run},
 };
 
 struct Shape {
@@ -104,6 +117,43 @@ __global__ void compare(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t 
       atomicMax(reinterpret_cast<int*>(max_diff), __float_as_int(d));
     }
   }
+}
+
+// The FP8 row-wise GEMM in float64 on every kRefStride-th row: one warp an output, the lanes
+// splitting K (B is K-major: b[g] is n x k). ref is [rows / kRefStride, n].
+constexpr int64_t kRefStride = 97;
+__global__ void reference_fp8(const __nv_fp8_e4m3* a, const __nv_fp8_e4m3* b, const float* a_scale,
+                              const float* b_scale, const int32_t* offsets, int groups,
+                              int64_t rows, int64_t n, int64_t k, double* ref) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
+  const int64_t sampled = (rows + kRefStride - 1) / kRefStride;
+  if (warp >= sampled * n) return;
+  const int64_t row = warp / n * kRefStride;
+  const int64_t col = warp % n;
+  int g = 0;
+  while (g < groups - 1 && row >= offsets[g]) ++g;
+  const __nv_fp8_e4m3* ar = a + row * k;
+  const __nv_fp8_e4m3* bc = b + (g * n + col) * k;
+  double acc = 0;
+  for (int64_t i = lane; i < k; i += 32) acc += double(float(ar[i])) * double(float(bc[i]));
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if (lane == 0) ref[warp] = acc * a_scale[row] * b_scale[g * n + col];
+}
+
+// Over the sampled rows: sums of (d - ref)^2 and ref^2 (err[0], err[1]).
+__global__ void error_vs_reference(const __nv_bfloat16* d, const double* ref, int64_t rows,
+                                   int64_t n, double* err) {
+  const int64_t sampled = (rows + kRefStride - 1) / kRefStride;
+  double e = 0, r = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < sampled * n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const double x = __bfloat162float(d[(i / n) * kRefStride * n + i % n]);
+    e += (x - ref[i]) * (x - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  atomicAdd(&err[0], e);
+  atomicAdd(&err[1], r);
 }
 
 // Uneven rows per expert summing to `rows` (a fixed hash of the expert index), as offsets.
@@ -175,12 +225,13 @@ static float time_ms(const Tile<Args>& t, const Args& args, void* ws, size_t byt
 template <class Args, size_t N>
 static void run_shape(const Shape& s, const Tile<Args> (&tiles)[N], Args args, void* d_ref,
                       void* d_out, int sms, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1,
-                      unsigned long long* count, float* max_diff) {
+                      unsigned long long* count, float* max_diff, const double* ref = nullptr,
+                      double* ref_err = nullptr) {
   const double flops = 2.0 * s.rows * s.n * s.k;
   printf("\n%s: %d experts, %lld rows, N %lld, K %lld\n", s.name, s.experts, (long long)s.rows,
          (long long)s.n, (long long)s.k);
-  printf("  %-44s %9s %9s %9s %12s %10s\n", "tile", "ms", "TFLOP/s", "vs first", "outputs !=",
-         "max diff");
+  printf("  %-44s %9s %9s %9s %12s %10s %12s\n", "tile", "ms", "TFLOP/s", "vs first",
+         "outputs !=", "max diff", ref ? "rms err f64" : "");
   float first = 0;
   for (size_t i = 0; i < N; ++i) {
     const Tile<Args>& t = tiles[i];
@@ -209,10 +260,20 @@ static void run_shape(const Shape& s, const Tile<Args> (&tiles)[N], Args args, v
       cudaMemcpyAsync(&h_max, max_diff, sizeof(h_max), cudaMemcpyDeviceToHost, st);
       cudaStreamSynchronize(st);
     }
+    double h_err[2] = {0, 0};
+    if (ref != nullptr) {
+      cudaMemsetAsync(ref_err, 0, 2 * sizeof(double), st);
+      error_vs_reference<<<1024, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(args.d), ref,
+                                               s.rows, s.n, ref_err);
+      cudaMemcpyAsync(h_err, ref_err, sizeof(h_err), cudaMemcpyDeviceToHost, st);
+      cudaStreamSynchronize(st);
+    }
     const float ms = time_ms(t, args, ws, bytes, sms, st, e0, e1);
     if (i == 0) first = ms;
-    printf("  %-44s %9.3f %9.1f %9.3f %12llu %10.3g\n", t.name, ms, flops / ms / 1e9,
-           first / ms, h_count, h_max);
+    printf("  %-44s %9.3f %9.1f %9.3f %12llu %10.3g", t.name, ms, flops / ms / 1e9, first / ms,
+           h_count, h_max);
+    if (ref != nullptr) printf(" %12.3e", std::sqrt(h_err[0] / h_err[1]));
+    printf("\n");
     fflush(stdout);
     cudaFree(ws);
   }
@@ -300,7 +361,13 @@ int main(int argc, char** argv) {
     args.k = s.k;
     args.b_group_stride = s.k * s.n;
     args.scaling = Fp8Scaling::kRowwise;
-    run_shape(s, kFp8, args, o.d_ref, o.d_out, sms, st, e0, e1, count, max_diff);
+    const int64_t sampled = (s.rows + kRefStride - 1) / kRefStride;
+    auto* ref = static_cast<double*>(o.take(sampled * s.n * sizeof(double)));
+    auto* err = static_cast<double*>(o.take(2 * sizeof(double)));
+    reference_fp8<<<static_cast<unsigned>((sampled * s.n * 32 + 255) / 256), 256, 0, st>>>(
+        static_cast<const __nv_fp8_e4m3*>(a), static_cast<const __nv_fp8_e4m3*>(b), a_scale,
+        b_scale, o.offsets, s.experts, s.rows, s.n, s.k, ref);
+    run_shape(s, kFp8, args, o.d_ref, o.d_out, sms, st, e0, e1, count, max_diff, ref, err);
   }
   return 0;
 }

@@ -66,6 +66,10 @@ struct CooperativeTile {
   using ClusterShape = Shape<_1, _2, _1>;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  // The main loop's mma_promotion_interval: wgmma k-blocks (32 deep in e4m3) accumulated in
+  // the tensor cores before they are added into the fp32 registers; 4 is one 128-deep k-tile,
+  // CUTLASS's default. 0 for a tile whose schedule has no promotion (FP8FastAccum).
+  static constexpr uint32_t kPromotionInterval = 4;
 };
 
 struct PingpongTile {
@@ -73,6 +77,7 @@ struct PingpongTile {
   using ClusterShape = Shape<_1, _2, _1>;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  static constexpr uint32_t kPromotionInterval = 4;
 };
 
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
@@ -98,6 +103,7 @@ using EpilogueFor = typename cutlass::epilogue::collective::CollectiveBuilder<
 template <class Tile>
 struct Rowwise {
   static constexpr bool kBlockwise = false;
+  static constexpr uint32_t kPromotionInterval = Tile::kPromotionInterval;
   using TileShape = typename Tile::TileShape;
   // x_scale: one value per row of the group's D (column vector, M-indexed); 4-byte aligned
   // per group (rows start anywhere), so scalar loads.
@@ -122,6 +128,7 @@ struct Rowwise {
 // DeepSeek-style blocks in the main loop.
 struct Blockwise {
   static constexpr bool kBlockwise = true;
+  static constexpr uint32_t kPromotionInterval = 0;  // its main loop scales every k-block
   using ScaleConfig =
       cutlass::detail::Sm90BlockwiseScaleConfig<1, moe_ops::kFp8Block, moe_ops::kFp8Block,
                                                 cute::GMMA::Major::K, cute::GMMA::Major::K>;
@@ -267,6 +274,9 @@ const char* run(const Fp8GemmArgs& args, void* workspace, size_t bytes, int sm_c
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
   } else {
+    if constexpr (G::kPromotionInterval > 0) {
+      arguments.mainloop.mma_promotion_interval = G::kPromotionInterval;
+    }
     // The tree's arguments: children first, then the node's own (none for a multiply).
     arguments.epilogue.thread = {
         {arrays.b_scale, 0.0f, {}},            // WScale (row broadcast)

@@ -54,6 +54,12 @@ cudaError_t launch_layout(gemm::GemvLoad load, const GroupedGemmArgs& args, cons
 cudaError_t launch(bool kmajor, gemm::GemvLoad load, const GroupedGemmArgs& args, const gemm::GemvPlan& pl, cudaStream_t st) {
   return kmajor ? launch_layout<true>(load, args, pl, st) : launch_layout<false>(load, args, pl, st);
 }
+// gemv_slots of the layout and weight load named at run time.
+int slots_of(bool kmajor, gemm::GemvLoad load, int sms) {
+  const bool streaming = load == gemm::GemvLoad::kStreaming;
+  if (kmajor) return streaming ? gemm::gemv_slots<true, false, gemm::GemvLoad::kStreaming>(sms) : gemm::gemv_slots<true, false, gemm::GemvLoad::kPlain>(sms);
+  return streaming ? gemm::gemv_slots<false, false, gemm::GemvLoad::kStreaming>(sms) : gemm::gemv_slots<false, false, gemm::GemvLoad::kPlain>(sms);
+}
 struct Shape { const char* name; int groups, active, rows, k, n; bool kmajor; };
 int main(int argc, char** argv) {
   int devices = 0;
@@ -100,13 +106,13 @@ int main(int argc, char** argv) {
     float* ref; cudaMalloc(&ref, m * s.n * 4);
     reference<<<(int)((m * s.n + 255) / 256), 256, 0, st>>>((const __nv_bfloat16*)a, (const __nv_bfloat16*)b, ref, (int)m, s.n, s.k, s.rows, s.kmajor);
     std::vector<float> href(m * s.n); cudaMemcpy(href.data(), ref, m * s.n * 4, cudaMemcpyDeviceToHost);
-    const int slots = sms * (s.kmajor ? gemm::gemv_ctas_per_sm<true, false, gemm::GemvLoad::kPlain>()
-                                      : gemm::gemv_ctas_per_sm<false, false, gemm::GemvLoad::kPlain>());
-    // The plan as the op takes it (active = min(groups, m_total), not the experts with rows).
+    // The plan as the op takes it (active = min(groups, m_total), not the experts with rows),
+    // for the CTAs of the kernel with the load it picks.
     const int64_t planned = std::min<int64_t>(s.groups, m);
+    const gemm::GemvLoad picked = gemm::gemv_weight_load(planned, s.n, s.k);
+    const int slots = slots_of(s.kmajor, picked, sms);
     const gemm::GemvPlan chosen = gemm::gemv_plan(s.kmajor, planned, s.n, s.k, slots);
     struct Run { gemm::GemvPlan plan; gemm::GemvLoad load; std::string label; };
-    const gemm::GemvLoad picked = gemm::gemv_weight_load(planned, s.n, s.k);
     std::vector<Run> plans{{chosen, picked, variant}};
     for (gemm::GemvLoad load : {gemm::GemvLoad::kPlain, gemm::GemvLoad::kStreaming})
       plans.push_back({chosen, load, "load-" + std::to_string(static_cast<int>(load))});

@@ -114,8 +114,7 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* p) {
 // data (ld.global.cs: evict-first in L1 and L2; an L2 evict_first policy timed the same).
 // An evict-first line is the first one L2 replaces, so weights streaming through evict each
 // other rather than the lines other kernels left; a modified line must be written back to HBM
-// before it is replaced, which takes bandwidth from the stream. With a clean L2 the loads
-// timed within 4% of each other, most within 1%. gemv_weight_load picks.
+// before it is replaced, which takes bandwidth from the stream. gemv_weight_load picks.
 enum class GemvLoad : int { kPlain = 0, kStreaming = 1 };
 
 // The weight bytes up to which a call loads them as streaming data. Measured on an H100
@@ -577,17 +576,25 @@ cudaError_t launch_gemv_plan(const GroupedGemmArgs& args, int32_t* errors, const
   return cudaGetLastError();
 }
 
+// gemv_plan's split for the CTAs of the kernel with load L that fit at once, launched.
+template <bool KMajor, bool SiluMul, GemvLoad L>
+cudaError_t launch_gemv_load(const GroupedGemmArgs& args, int32_t* errors, int64_t active,
+                             int sm_count, cudaStream_t stream) {
+  const GemvPlan plan =
+      gemv_plan(KMajor, active, args.n, args.k, gemv_slots<KMajor, SiluMul, L>(sm_count));
+  return launch_gemv_plan<KMajor, SiluMul, L>(args, errors, plan, stream);
+}
+
 template <bool KMajor, bool SiluMul>
 cudaError_t launch_gemv(const GroupedGemmArgs& args, int32_t* errors, int sm_count,
                         cudaStream_t stream) {
   const int64_t active = args.m_total < args.groups ? args.m_total : args.groups;
-  // Both loads' kernels take the same registers and shared memory, so the same slots.
-  const GemvPlan plan = gemv_plan(KMajor, active, args.n, args.k,
-                                  gemv_slots<KMajor, SiluMul, GemvLoad::kPlain>(sm_count));
   if (gemv_weight_load(active, args.n, args.k) == GemvLoad::kStreaming) {
-    return launch_gemv_plan<KMajor, SiluMul, GemvLoad::kStreaming>(args, errors, plan, stream);
+    return launch_gemv_load<KMajor, SiluMul, GemvLoad::kStreaming>(args, errors, active,
+                                                                  sm_count, stream);
   }
-  return launch_gemv_plan<KMajor, SiluMul, GemvLoad::kPlain>(args, errors, plan, stream);
+  return launch_gemv_load<KMajor, SiluMul, GemvLoad::kPlain>(args, errors, active, sm_count,
+                                                             stream);
 }
 
 }  // namespace moe_ops::gemm

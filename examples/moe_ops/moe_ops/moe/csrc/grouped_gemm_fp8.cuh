@@ -128,7 +128,6 @@ struct Rowwise {
 // DeepSeek-style blocks in the main loop.
 struct Blockwise {
   static constexpr bool kBlockwise = true;
-  static constexpr uint32_t kPromotionInterval = 0;  // its main loop scales every k-block
   using ScaleConfig =
       cutlass::detail::Sm90BlockwiseScaleConfig<1, moe_ops::kFp8Block, moe_ops::kFp8Block,
                                                 cute::GMMA::Major::K, cute::GMMA::Major::K>;
